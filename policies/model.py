@@ -1,0 +1,148 @@
+"""The data model shared by every layer: readings in, assessments and decisions out."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class Quality(enum.Enum):
+    """How far a reading can be trusted (OPC-UA's Good / Uncertain / Bad)."""
+
+    GOOD = "good"
+    UNCERTAIN = "uncertain"
+    BAD = "bad"
+
+
+class SensorKind(enum.StrEnum):
+    """What a series measures; policies select series by kind, not by name."""
+
+    GPU_TEMPERATURE = "gpu_temperature"
+    GPU_MEMORY_TEMPERATURE = "gpu_memory_temperature"
+    GPU_SLOWDOWN_THRESHOLD = "gpu_slowdown_threshold"
+    GPU_SHUTDOWN_THRESHOLD = "gpu_shutdown_threshold"
+    GPU_MAX_OPERATING_THRESHOLD = "gpu_max_operating_threshold"
+    GPU_POWER = "gpu_power"
+    GPU_POWER_LIMIT = "gpu_power_limit"
+    GPU_CLOCK_EVENT_REASONS = "gpu_clock_event_reasons"
+    INLET_TEMPERATURE = "inlet_temperature"
+    HUMIDITY = "humidity"
+    POWER = "power"
+    CURRENT = "current"
+    VOLTAGE = "voltage"
+    ENERGY = "energy"
+    COOLANT_SUPPLY_TEMPERATURE = "coolant_supply_temperature"
+    COOLANT_RETURN_TEMPERATURE = "coolant_return_temperature"
+    COOLANT_FLOW = "coolant_flow"
+    COOLANT_PRESSURE = "coolant_pressure"
+    PUMP_SPEED = "pump_speed"
+    PUMP_STATE = "pump_state"
+    LEAK = "leak"
+    ALARM = "alarm"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One sample of one series, with its quality; a BAD reading carries no value."""
+
+    source: str
+    sensor: str
+    kind: SensorKind
+    value: float | None
+    unit: str
+    quality: Quality
+    mono: float
+    wall: float
+    reason: str = ""
+    device_ts: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.quality is Quality.BAD and self.value is not None:
+            raise ValueError(f"{self.sensor}: a BAD reading must not carry a value")
+        if self.quality is not Quality.BAD and self.value is None:
+            raise ValueError(f"{self.sensor}: a {self.quality.value} reading needs a value")
+        if self.quality is not Quality.GOOD and not self.reason:
+            raise ValueError(f"{self.sensor}: a {self.quality.value} reading needs a reason")
+
+    @property
+    def key(self) -> str:
+        """The series identity: unique across sources."""
+        return f"{self.source}/{self.sensor}"
+
+    @property
+    def usable(self) -> bool:
+        """True when a policy may act on the value."""
+        return self.quality is Quality.GOOD and self.value is not None
+
+
+class Action(enum.StrEnum):
+    """What rackguard asks the scheduler to do with a node."""
+
+    DRAIN = "drain"  # finish running work, accept no new work
+    EXCLUDE = "exclude"  # take it out now (Slurm DOWN, Kubernetes NoExecute)
+    RESUME = "resume"  # return to service
+
+
+class FaultDomain(enum.StrEnum):
+    """Where the evidence points."""
+
+    GPU = "gpu"
+    NODE = "node"
+    RACK = "rack"
+    COOLING_LOOP = "cooling_loop"
+    NONE = "none"
+
+
+class Condition(enum.StrEnum):
+    """A node's thermal condition as a policy sees it."""
+
+    OK = "ok"
+    WARNING = "warning"  # drained, or about to be
+    CRITICAL = "critical"  # excluded
+    UNKNOWN = "unknown"  # data missing, stale or BAD: never "all clear"
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """A policy's view of one subject (a GPU, a node, a rack) at one instant."""
+
+    subject: str
+    domain: FaultDomain
+    condition: Condition
+    at: float
+    value: float | None = None
+    unit: str = ""
+    threshold: float | None = None
+    trend_per_min: float | None = None
+    time_to_threshold_s: float | None = None
+    detail: str = ""
+
+
+def idempotency_key(node: str, action: Action, epoch: int) -> str:
+    """A stable key for one intended transition of one node."""
+    digest = hashlib.sha256(f"{node}|{action.value}|{epoch}".encode()).hexdigest()
+    return f"rg-{digest[:24]}"
+
+
+REASON_PREFIX = "rackguard:"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A request to change a node's scheduling state, with why and on what evidence."""
+
+    node: str
+    action: Action
+    reason: str
+    domain: FaultDomain
+    at: float
+    key: str
+    evidence: tuple[Assessment, ...] = ()
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.reason.startswith(REASON_PREFIX):
+            raise ValueError(f"decision reason must start with {REASON_PREFIX!r}: {self.reason!r}")
