@@ -1,0 +1,79 @@
+"""Write the simulator's GPU state into the fake NVML's FakeGpus, one node at a time."""
+
+from __future__ import annotations
+
+import pynvml
+
+from fakes.gpus import FakeGpu, make_gpus
+from fakes.sim.scenario import Scenario, load_scenario
+from fakes.sim.thermal import NodeSnapshot, RackSimulator, RackSnapshot
+
+TEMPERATURE_CALL = "nvmlDeviceGetTemperature"
+
+
+def apply_node(snapshot: NodeSnapshot, gpus: list[FakeGpu]) -> None:
+    """Copy a node's GPU snapshots into its FakeGpus, including sensor dropout and loss.
+
+    A dropped-out sensor makes ``nvmlDeviceGetTemperature`` fail with NVML_ERROR_UNKNOWN;
+    when it comes back that error (and only an NVML_ERROR_UNKNOWN there) is cleared.
+    A lost GPU stays lost.
+    """
+    if len(snapshot.gpus) != len(gpus):
+        raise ValueError(
+            f"{snapshot.name}: snapshot has {len(snapshot.gpus)} GPUs, got {len(gpus)} FakeGpus"
+        )
+    for gs in snapshot.gpus:
+        fake = gpus[gs.index]
+        fake.temperature_c = gs.temperature_c
+        fake.memory_temperature_c = gs.memory_temperature_c
+        fake.power_w = gs.power_w
+        fake.power_limit_w = gs.power_limit_w
+        fake.clock_event_reasons = gs.clock_event_reasons
+        if gs.dropped_out:
+            fake.errors[TEMPERATURE_CALL] = pynvml.NVML_ERROR_UNKNOWN
+        elif fake.errors.get(TEMPERATURE_CALL) == pynvml.NVML_ERROR_UNKNOWN:
+            del fake.errors[TEMPERATURE_CALL]
+        if gs.lost:
+            fake.lost = True
+
+
+class SimulatedRack:
+    """A simulator plus one list of FakeGpus per node, kept in step with it."""
+
+    def __init__(self, scenario: Scenario | str, *, seed: int | None = None) -> None:
+        if isinstance(scenario, str):
+            scenario = load_scenario(scenario)
+        self.sim = RackSimulator(scenario, seed=seed)
+        model = scenario.rack.model
+        self.gpus_by_node: dict[str, list[FakeGpu]] = {
+            name: make_gpus(model, scenario.rack.gpus_per_node, node_index=k)
+            for k, name in enumerate(scenario.rack.nodes)
+        }
+        self._snapshot = self._publish()
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario being run."""
+        return self.sim.scenario
+
+    @property
+    def t(self) -> float:
+        """Simulated seconds since the start."""
+        return self.sim.t
+
+    @property
+    def snapshot(self) -> RackSnapshot:
+        """The snapshot last applied to the FakeGpus."""
+        return self._snapshot
+
+    def advance(self, dt: float) -> RackSnapshot:
+        """Step the simulator by `dt` seconds and apply the new snapshot to every node."""
+        self.sim.step(dt)
+        self._snapshot = self._publish()
+        return self._snapshot
+
+    def _publish(self) -> RackSnapshot:
+        snap = self.sim.snapshot()
+        for node in snap.nodes:
+            apply_node(node, self.gpus_by_node[node.name])
+        return snap
