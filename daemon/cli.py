@@ -1,0 +1,195 @@
+"""The `rackguard` command: run, check-config, probe, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from adapters.errors import SourceError
+from daemon.config import Config, ConfigError, load_config
+from daemon.logs import setup_logging
+
+EXIT_CONFIG = 2
+EXIT_STARTUP = 1
+
+
+def run_async(coro: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop when it is installed (faster I/O), else on asyncio's loop."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional
+    except ImportError:
+        return asyncio.run(coro)
+    result: int = uvloop.run(coro)
+    return result
+
+
+def _load(path: Path) -> Config | None:
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        print(f"rackguard: invalid configuration {path}:", file=sys.stderr)
+        for problem in err.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a config file; exit 2 naming each bad key."""
+    config = _load(args.file)
+    if config is None:
+        return EXIT_CONFIG
+    print(f"{args.file}: OK (node {config.node.name}, {len(config.sources)} source(s))")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the daemon until SIGTERM/SIGINT."""
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    setup_logging(config.logging.level, config.logging.format)
+    return run_async(_run(config))
+
+
+async def _run(config: Config) -> int:
+    from daemon.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
+
+    try:
+        daemon = Daemon(config)
+        await daemon.check_sources()
+    except (StartupError, SourceError) as err:
+        print(f"rackguard: cannot start: {err}", file=sys.stderr)
+        return EXIT_STARTUP
+    await daemon.run()
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """One read of one configured source, as a table or JSON."""
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    if args.source not in config.sources:
+        known = ", ".join(sorted(config.sources))
+        print(
+            f"rackguard: no source {args.source!r} in {args.config} (have: {known})",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    return run_async(_probe(config, args.source, as_json=args.json))
+
+
+async def _probe(config: Config, name: str, *, as_json: bool) -> int:
+    from daemon.api import reading_to_dict  # noqa: PLC0415
+    from daemon.sources import build_adapter  # noqa: PLC0415
+
+    cfg = config.sources[name]
+    try:
+        adapter = build_adapter(name, cfg)
+        try:
+            async with asyncio.timeout(max(cfg.timeout_s, 5.0)):
+                await adapter.connect()
+                readings = await adapter.read()
+        finally:
+            await adapter.close()
+    except (SourceError, TimeoutError) as err:
+        print(f"rackguard: probe of {name!r} failed: {err or 'timed out'}", file=sys.stderr)
+        return EXIT_STARTUP
+    now = readings[0].mono if readings else 0.0
+    rows = [reading_to_dict(r, now) for r in readings]
+    if as_json:
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(format_table(rows))
+    return 0
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Readings as an aligned text table; each device's identity printed once above its rows."""
+    header = ("SENSOR", "VALUE", "UNIT", "QUALITY", "DETAIL")
+    lines: list[tuple[str, ...]] = [header]
+    last_identity = ""
+    for row in rows:
+        labels = row["labels"]
+        identity = " ".join(f"{k}={v}" for k, v in labels.items() if k != "active")
+        if identity and identity != last_identity:
+            lines.append((f"# {identity}",))
+            last_identity = identity
+        value = "" if row["value"] is None else f"{row['value']:g}"
+        detail = row["reason"] or labels.get("active", "")
+        lines.append((row["sensor"], value, row["unit"], row["quality"], detail))
+    table = [line for line in lines if len(line) == len(header)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+    return "\n".join(
+        line[0]
+        if len(line) == 1
+        else (
+            "  ".join(c.ljust(w) for c, w in zip(line[:-1], widths, strict=True)) + "  " + line[-1]
+        ).rstrip()
+        for line in lines
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The whole stack on fakes, with a live view."""
+    from fakes.demo import run_demo  # noqa: PLC0415 - only the demo imports fakes
+
+    return run_async(
+        run_demo(scenario=args.scenario, speed=args.speed, live=not args.no_live, seed=args.seed)
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    p = argparse.ArgumentParser(
+        prog="rackguard",
+        description="Drain GPU nodes before thermal and power events hurt them.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the daemon")
+    run.add_argument("--config", "-c", type=Path, required=True)
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check-config", help="validate a config file (exit 2 if invalid)")
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=cmd_check_config)
+
+    probe = sub.add_parser("probe", help="read one configured source once and print it")
+    probe.add_argument("source")
+    probe.add_argument("--config", "-c", type=Path, required=True)
+    probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    probe.set_defaults(func=cmd_probe)
+
+    demo = sub.add_parser("demo", help="run the whole stack on simulated hardware")
+    demo.add_argument("--scenario", default="hot-gpu")
+    demo.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="simulated seconds per wall second (default: the scenario plays in ~1 min)",
+    )
+    demo.add_argument("--seed", type=int, default=None)
+    demo.add_argument("--no-live", action="store_true", help="print events, not a live view")
+    demo.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

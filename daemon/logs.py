@@ -1,0 +1,42 @@
+"""Logging set-up: plain text on a terminal, journald-friendly under systemd."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+# syslog priorities, which journald reads from a "<N>" prefix on each line.
+_PRIORITY = {
+    logging.DEBUG: 7,
+    logging.INFO: 6,
+    logging.WARNING: 4,
+    logging.ERROR: 3,
+    logging.CRITICAL: 2,
+}
+
+
+class JournaldFormatter(logging.Formatter):
+    """``<priority>logger: message`` with no timestamp: journald adds its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Prefix the syslog priority."""
+        prio = _PRIORITY.get(record.levelno, 6)
+        return f"<{prio}>{record.name}: {super().format(record)}"
+
+
+def setup_logging(level: str = "info", fmt: str = "auto") -> None:
+    """Configure the root logger once; safe to call again (e.g. on reload)."""
+    journald = fmt == "journald" or (fmt == "auto" and "JOURNAL_STREAM" in os.environ)
+    handler = logging.StreamHandler(sys.stderr)
+    if journald:
+        handler.setFormatter(JournaldFormatter("%(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # aiohttp's access log would log every request: not a state change.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
