@@ -1,0 +1,385 @@
+"""`rackguard demo`: the simulator, the fakes and a fake scheduler, with the real daemon on top.
+
+One rackguard daemon per simulated node (one agent per node, as in production),
+each polling its node's GPUs through the real NVML adapter bound to the fake
+NVML, and delivering decisions through the real webhook sink to a fake
+scheduler on loopback. The simulator runs ``speed`` times faster than real
+time, so the daemons' time settings (poll interval, dwell, healthy delay,
+staleness) are scaled by the same factor: the policy sees simulated time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from adapters.schedulers.webhook import WebhookSink
+from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
+from daemon.config import Config, parse_config
+from fakes.nvml import FakeNvml
+from fakes.scheduler import FakeWebhookScheduler, Received
+from fakes.sim import RackSnapshot, SimulatedRack
+from policies.model import Condition
+
+SIM_POLL_S = 1.0  # each agent polls its GPUs once per simulated second
+SIM_STEP_WALL_S = 0.05  # wall seconds between simulator steps
+DEMO_SECRET = b"rackguard-demo-webhook-key"
+DEMO_WALL_TARGET_S = 60.0  # auto speed: a scenario plays in about a minute
+
+
+@dataclass(frozen=True, slots=True)
+class DemoDecision:
+    """A decision as the fake scheduler received it, stamped with simulated time."""
+
+    t: float
+    node: str
+    action: str
+    reason: str
+    domain: str
+
+
+@dataclass
+class DemoResult:
+    """What happened in one scenario run."""
+
+    scenario: str
+    decisions: list[DemoDecision] = field(default_factory=list)
+    first_crossing: tuple[float, str, int] | None = None  # (t, node, gpu) at slowdown
+    final_state: dict[str, str] = field(default_factory=dict)
+    expected_drained: tuple[str, ...] = ()
+
+    def first_action(self, node: str) -> DemoDecision | None:
+        """The first drain or exclusion of a node."""
+        return next((d for d in self.decisions if d.node == node and d.action != "resume"), None)
+
+    @property
+    def acted_nodes(self) -> set[str]:
+        """Nodes drained or excluded at least once."""
+        return {d.node for d in self.decisions if d.action != "resume"}
+
+    @property
+    def as_expected(self) -> bool:
+        """Exactly the expected nodes were acted on, each before any GPU crossed slowdown."""
+        if self.acted_nodes != set(self.expected_drained):
+            return False
+        if self.first_crossing is None:
+            return True
+        firsts = [self.first_action(n) for n in self.expected_drained]
+        return all(f is not None and f.t <= self.first_crossing[0] for f in firsts)
+
+
+def daemon_config(node: str, rack: str, url: str, secret: Path, speed: float) -> Config:
+    """A node agent's config with its time settings scaled to simulated time."""
+    interval = SIM_POLL_S / speed
+    return parse_config(
+        f"""
+        [node]
+        name = "{node}"
+        rack = "{rack}"
+        [api]
+        port = 0
+        [sources.gpus]
+        type = "nvml"
+        interval_s = {interval}
+        timeout_s = {interval * 0.8}
+        backoff_initial_s = {interval}
+        backoff_max_s = {interval * 8}
+        [policy]
+        min_dwell_s = {60.0 / speed}
+        resume_after_s = {120.0 / speed}
+        stale_after_s = {5.0 / speed}
+        evaluate_interval_s = {interval}
+        [scheduler]
+        type = "webhook"
+        url = "{url}"
+        secret_file = "{secret}"
+        retry_initial_s = {interval}
+        retry_max_s = {interval * 10}
+        """,
+        origin=f"demo config for {node}",
+    )
+
+
+class LiveView:
+    """Renders the rack, the agents and the decisions to a terminal."""
+
+    def __init__(
+        self, out: TextIO, rack: SimulatedRack, daemons: list[Daemon], speed: float, *, live: bool
+    ) -> None:
+        self.out = out
+        self.rack = rack
+        self.daemons = daemons
+        self.speed = speed
+        self.live = live
+        self.color = live and os.environ.get("NO_COLOR") is None
+        self.history: dict[str, deque[tuple[float, float]]] = {
+            n: deque(maxlen=240) for n in rack.scenario.rack.nodes
+        }
+        self.decisions: list[tuple[DemoDecision, str]] = []
+        self._last_conditions: dict[str, Condition] = {}
+        self._last_status_t = -1e9
+
+    def _c(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+
+    def sample(self, snap: RackSnapshot) -> None:
+        """Remember each node's hottest GPU for the trend column."""
+        for node in snap.nodes:
+            temps = [g.temperature_c for g in node.gpus if not g.lost]
+            if temps:
+                self.history[node.name].append((snap.t, max(temps)))
+
+    def trend(self, node: str) -> float | None:
+        """°C per simulated minute of the hottest GPU over the last minute."""
+        h = self.history[node]
+        recent = [(t, v) for t, v in h if t >= h[-1][0] - 60.0] if h else []
+        if len(recent) < 2 or recent[-1][0] - recent[0][0] < 10:
+            return None
+        (t0, v0), (t1, v1) = recent[0], recent[-1]
+        return (v1 - v0) / (t1 - t0) * 60.0
+
+    def on_decision(self, d: DemoDecision, state: str) -> None:
+        """Record a delivered decision; in plain mode print it at once."""
+        self.decisions.append((d, state))
+        if not self.live:
+            print(
+                f"{fmt_t(d.t)}  {d.node}  {d.action.upper():8} {d.reason}  "
+                f"[domain {d.domain}; scheduler: {state}]",
+                file=self.out,
+                flush=True,
+            )
+
+    def events(self) -> None:
+        """Plain mode: print condition changes and a periodic status line."""
+        t = self.rack.t
+        for dmn in self.daemons:
+            last = dmn.engine.last
+            if last is None:
+                continue
+            cond = last.node.condition
+            if self._last_conditions.get(dmn.config.node.name) != cond:
+                self._last_conditions[dmn.config.node.name] = cond
+                print(
+                    f"{fmt_t(t)}  {dmn.config.node.name}  condition {cond.value}"
+                    f"{': ' + last.node.detail if last.node.detail else ''}",
+                    file=self.out,
+                    flush=True,
+                )
+        if t - self._last_status_t >= 120.0:
+            self._last_status_t = t
+            snap = self.rack.snapshot
+            hottest = max((g.temperature_c, n.name, g.index) for n in snap.nodes for g in n.gpus)
+            print(
+                f"{fmt_t(t)}  status: hottest GPU {hottest[1]}/gpu{hottest[2]} "
+                f"{hottest[0]:.1f}C; coolant supply {snap.cdu.supply_c:.1f}C, "
+                f"flow {snap.cdu.flow_lpm:.1f} l/min",
+                file=self.out,
+                flush=True,
+            )
+
+    def render(self, scheduler: FakeWebhookScheduler) -> None:
+        """Live mode: redraw the whole screen."""
+        sc = self.rack.scenario
+        snap = self.rack.snapshot
+        model = sc.rack.model
+        lines = [
+            self._c("1", f"rackguard demo - scenario {sc.name}") + f"   t={fmt_t(snap.t)} / "
+            f"{fmt_t(sc.duration_s)}  (x{self.speed:g})",
+            sc.description.strip().splitlines()[0] if sc.description.strip() else "",
+            "",
+            f"coolant  supply {snap.cdu.supply_c:5.1f}C  return {snap.cdu.return_c:5.1f}C  "
+            f"flow {snap.cdu.flow_lpm:5.1f} l/min  pump {'on' if snap.cdu.pump_running else 'OFF'}"
+            f"{'  LEAK' if snap.cdu.leak else ''}",
+            "inlet    " + "  ".join(f"{k} {v:4.1f}C" for k, v in snap.inlet_c.items()),
+            "",
+            f"{'NODE':12}  GPU temperatures C (slowdown {model.slowdown_c}C)"
+            f"{'':10}trend/min  AGENT     SCHEDULER",
+        ]
+        by_name = {d.config.node.name: d for d in self.daemons}
+        for node in snap.nodes:
+            cells = []
+            for g in node.gpus:
+                text = (
+                    " ---" if g.lost else (" ?? " if g.dropped_out else f"{g.temperature_c:4.0f}")
+                )
+                margin = model.slowdown_c - g.temperature_c
+                if g.lost or margin <= 0:
+                    text = self._c("31;1", text)
+                elif margin <= 5:
+                    text = self._c("33", text)
+                cells.append(text)
+            trend = self.trend(node.name)
+            trend_s = f"{trend:+6.1f}C" if trend is not None else "     -"
+            last = by_name[node.name].engine.last
+            cond = last.node.condition.value if last else "starting"
+            sched = scheduler.node_state.get(node.name, "idle")
+            lines.append(f"{node.name:12} {''.join(cells)}   {trend_s}   {cond:9} {sched}")
+        lines += ["", "decisions (delivered to the scheduler):"]
+        for d, _state in self.decisions[-8:]:
+            lines.append(f"  {fmt_t(d.t)}  {d.node}  {d.action.upper():8} {d.reason}")
+        if not self.decisions:
+            lines.append("  none yet")
+        self.out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
+        self.out.flush()
+
+
+def fmt_t(t: float) -> str:
+    """Simulated seconds as +mm:ss."""
+    m, s = divmod(int(t), 60)
+    return f"+{m:02d}:{s:02d}"
+
+
+async def run_scenario(
+    scenario: str,
+    *,
+    speed: float | None = None,
+    seed: int | None = None,
+    live: bool = False,
+    out: TextIO | None = None,
+    on_tick: Callable[[SimulatedRack], None] | None = None,
+) -> DemoResult:
+    """Play one scenario to its end against real daemons; returns what happened."""
+    out = out or sys.stdout
+    rack = SimulatedRack(scenario, seed=seed)
+    sc = rack.scenario
+    if speed is None:
+        speed = max(1.0, sc.duration_s / DEMO_WALL_TARGET_S)
+    result = DemoResult(sc.name, expected_drained=sc.expect.drained_nodes)
+    scheduler = FakeWebhookScheduler(DEMO_SECRET)
+    url = await scheduler.start()
+    with tempfile.TemporaryDirectory(prefix="rackguard-demo-") as tmp:
+        secret = Path(tmp) / "webhook.key"
+        secret.write_bytes(DEMO_SECRET)
+        daemons = [
+            Daemon(
+                daemon_config(node, "rack-sim", url, secret, speed),
+                adapters={"gpus": NvmlAdapter("gpus", FakeNvml(rack.gpus_by_node[node]))},
+                sink=WebhookSink(url, DEMO_SECRET),
+            )
+            for node in sc.rack.nodes
+        ]
+        view = LiveView(out, rack, daemons, speed, live=live)
+
+        def received(item: Received) -> None:
+            p = item.payload
+            d = DemoDecision(rack.t, p["node"], p["action"], p["reason"], p["domain"])
+            result.decisions.append(d)
+            view.on_decision(d, scheduler.node_state.get(d.node, "?"))
+
+        scheduler.on_receive = received
+        if not live:
+            print(
+                f"rackguard demo: scenario {sc.name} ({fmt_t(sc.duration_s)} simulated, "
+                f"x{speed:g}, {len(daemons)} nodes)",
+                file=out,
+                flush=True,
+            )
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for d in daemons:
+                    tg.create_task(d.run(handle_signals=False))
+                await _drive(rack, view, scheduler, speed, result, on_tick)
+                for d in daemons:
+                    d.stop()
+        finally:
+            await scheduler.stop()
+    result.final_state = dict(scheduler.node_state)
+    return result
+
+
+async def _drive(
+    rack: SimulatedRack,
+    view: LiveView,
+    scheduler: FakeWebhookScheduler,
+    speed: float,
+    result: DemoResult,
+    on_tick: Callable[[SimulatedRack], None] | None,
+) -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    slowdown = rack.scenario.rack.model.slowdown_c
+    last_render = 0.0
+    while rack.t < rack.scenario.duration_s:
+        # Follow the wall clock so the simulated time matches what the agents see.
+        target = (loop.time() - start) * speed
+        if target > rack.t:
+            snap = rack.advance(min(target, rack.scenario.duration_s) - rack.t)
+            view.sample(snap)
+            if result.first_crossing is None:
+                for node in snap.nodes:
+                    for g in node.gpus:
+                        if g.temperature_c >= slowdown and not g.lost:
+                            result.first_crossing = (snap.t, node.name, g.index)
+                            break
+                    if result.first_crossing:
+                        break
+            if on_tick is not None:
+                on_tick(rack)
+        now = loop.time()
+        if view.live and now - last_render >= 0.25:
+            view.render(scheduler)
+            last_render = now
+        elif not view.live:
+            view.events()
+        await asyncio.sleep(SIM_STEP_WALL_S)
+    if view.live:
+        view.render(scheduler)
+
+
+def summary(result: DemoResult) -> str:
+    """What was decided and when, against the scenario's ground truth."""
+    lines = ["", f"summary of scenario {result.scenario}:"]
+    if not result.decisions:
+        lines.append("  no decisions: no node was drained")
+    for d in result.decisions:
+        lines.append(
+            f"  {fmt_t(d.t)}  {d.node}  {d.action.upper():8} {d.reason} (domain {d.domain})"
+        )
+    if result.first_crossing:
+        t, node, gpu = result.first_crossing
+        lines.append(f"  first GPU at its slowdown temperature: {node}/gpu{gpu} at {fmt_t(t)}")
+        for n in result.expected_drained:
+            first = result.first_action(n)
+            if first is not None:
+                lead = t - first.t
+                lines.append(
+                    f"  {n}: {first.action} {lead:.0f}s before that crossing"
+                    if lead >= 0
+                    else f"  {n}: {first.action} {-lead:.0f}s too late"
+                )
+    else:
+        lines.append("  no GPU reached its slowdown temperature")
+    expected = ", ".join(result.expected_drained) or "none"
+    verdict = "as expected" if result.as_expected else "NOT as expected"
+    lines.append(f"  expected nodes drained: {expected}; outcome {verdict}")
+    lines.append(
+        "  final scheduler state: "
+        + ", ".join(f"{n}={s}" for n, s in sorted(result.final_state.items()))
+        if result.final_state
+        else "  final scheduler state: every node idle"
+    )
+    return "\n".join(lines)
+
+
+async def run_demo(
+    scenario: str = "hot-gpu",
+    speed: float | None = None,
+    live: bool = True,
+    seed: int | None = None,
+) -> int:
+    """The `rackguard demo` command; exit 0 when the outcome matches the scenario's truth."""
+    live = live and sys.stdout.isatty()
+    with contextlib.suppress(KeyboardInterrupt):
+        result = await run_scenario(scenario, speed=speed, seed=seed, live=live)
+        print(summary(result), flush=True)
+        return 0 if result.as_expected else 1
+    return 130
