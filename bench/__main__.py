@@ -1,0 +1,21 @@
+"""`make bench`: every benchmark, printed as one table."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench import agent_cost
+from bench.report import render
+
+
+def main() -> None:
+    """Run the benchmarks and print the table."""
+    p = argparse.ArgumentParser(prog="python -m bench")
+    p.add_argument("--seconds", type=float, default=60.0, help="length of the agent CPU run")
+    args = p.parse_args()
+    rows = agent_cost.measure(args.seconds)
+    print(render(rows))
+
+
+if __name__ == "__main__":
+    main()
