@@ -15,10 +15,12 @@ from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
 from daemon.api import make_app
 from daemon.config import Config
+from daemon.config_policy import policy_settings
 from daemon.delivery import DeliveryQueue
 from daemon.engine import PolicyEngine
 from daemon.runner import SourceRunner
-from daemon.sources import build_adapter, build_sink, threshold_settings
+from daemon.sinks import build_sink
+from daemon.sources import build_adapter
 from daemon.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,7 @@ class Daemon:
             rng=self._rng,
         )
         self.engine = PolicyEngine(
-            config.node.name, threshold_settings(config.policy), self.store, self.delivery.submit
+            config.node.name, policy_settings(config.policy), self.store, self.delivery.submit
         )
         self._stop = asyncio.Event()
         self.api_port: int | None = None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from adapters.base import SensorAdapter
 from adapters.errors import SourceAuthError, SourceError, SourceSetupError
-from daemon.config import SourceTiming
+from daemon.config_sources import SourceTiming
 from policies.model import Reading
 
 log = logging.getLogger(__name__)

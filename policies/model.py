@@ -27,8 +27,11 @@ class SensorKind(enum.StrEnum):
     GPU_POWER = "gpu_power"
     GPU_POWER_LIMIT = "gpu_power_limit"
     GPU_CLOCK_EVENT_REASONS = "gpu_clock_event_reasons"
-    INLET_TEMPERATURE = "inlet_temperature"
+    INLET_TEMPERATURE = "inlet_temperature"  # rack inlet air; label "probe" names the height
+    AIR_TEMPERATURE = "air_temperature"  # other air temperatures (cooling unit in/out, ...)
+    TEMPERATURE = "temperature"  # a device temperature of no more specific kind
     HUMIDITY = "humidity"
+    AIRFLOW = "airflow"
     POWER = "power"
     CURRENT = "current"
     VOLTAGE = "voltage"
@@ -37,6 +40,8 @@ class SensorKind(enum.StrEnum):
     COOLANT_RETURN_TEMPERATURE = "coolant_return_temperature"
     COOLANT_FLOW = "coolant_flow"
     COOLANT_PRESSURE = "coolant_pressure"
+    COOLANT_DIFFERENTIAL_PRESSURE = "coolant_differential_pressure"
+    PRESSURE = "pressure"  # a pressure of no more specific kind (e.g. an air filter)
     PUMP_SPEED = "pump_speed"
     PUMP_STATE = "pump_state"
     LEAK = "leak"

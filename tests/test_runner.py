@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from adapters.errors import SourceSetupError, SourceUnavailable
-from daemon.config import SourceTiming
+from daemon.config_sources import SourceTiming
 from daemon.runner import Health, SourceRunner
 from policies.model import Quality, Reading, SensorKind
 

@@ -1,0 +1,34 @@
+"""Secrets live in files (or systemd credentials), never in the main config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def secret_problem(path: Path) -> str | None:
+    """Why a secret file is unusable, or None."""
+    try:
+        with path.open("rb") as fh:
+            if not fh.read(4096).strip():
+                return f"secret file {str(path)!r} is empty"
+    except OSError as err:
+        return f"secret file {str(path)!r} cannot be read: {err.strerror or err}"
+    return None
+
+
+def read_secret(path: Path) -> bytes:
+    """The secret's bytes with surrounding whitespace removed (files usually end in a newline).
+
+    Under systemd, a bare file name is looked up in $CREDENTIALS_DIRECTORY
+    (LoadCredential=), so the unit and the config can name the same credential.
+    """
+    return resolve_secret(path).read_bytes().strip()
+
+
+def resolve_secret(path: Path) -> Path:
+    """Where a configured secret file really is (see read_secret)."""
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds and not path.is_absolute() and len(path.parts) == 1:
+        return Path(creds) / path
+    return path
