@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench setup clean
+.PHONY: demo test lint typecheck unit bench setup clean test-deps
 
 setup: $(STAMP)
 
@@ -25,7 +25,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# Debian packages and services the tests use (systemd-analyze, snmpd, Slurm, ...).
+test-deps:
+	@./scripts/install-test-deps.sh
+
+unit: $(STAMP) test-deps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: lint typecheck unit

@@ -10,6 +10,7 @@ import orjson
 from aiohttp import web
 
 from adapters.schedulers.decision_json import assessment_to_dict
+from daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from policies.model import Reading
 
 if TYPE_CHECKING:
@@ -75,6 +76,12 @@ async def state(request: web.Request) -> web.Response:
     return json_response(body)
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition."""
+    body = request.app[_DAEMON].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
 @web.middleware
 async def json_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -95,4 +102,5 @@ def make_app(daemon: Daemon) -> web.Application:
     app[_DAEMON] = daemon
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/state", state)
+    app.router.add_get("/metrics", metrics)
     return app

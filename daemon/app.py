@@ -8,24 +8,30 @@ import logging
 import random
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 
 from aiohttp import web
 
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
 from daemon.api import make_app
-from daemon.config import Config
+from daemon.config import Config, ConfigError, load_config
 from daemon.config_policy import policy_settings
 from daemon.delivery import DeliveryQueue
 from daemon.engine import PolicyEngine
+from daemon.logs import setup_logging
+from daemon.metrics import Metrics
+from daemon.notify import Notifier
 from daemon.runner import SourceRunner
 from daemon.sinks import build_sink
 from daemon.sources import build_adapter
 from daemon.state import StateStore
+from policies.model import Decision
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 4.0
+STATUS_INTERVAL_S = 5.0
 
 
 class StartupError(Exception):
@@ -40,7 +46,8 @@ class Daemon:
     """Wires config, adapters, policy, delivery and API together.
 
     ``adapters`` and ``sink`` may be injected (the demo and tests pass adapters
-    bound to fakes); otherwise they are built from the config.
+    bound to fakes); otherwise they are built from the config. ``config_path``
+    is re-read on SIGHUP.
     """
 
     def __init__(
@@ -50,16 +57,18 @@ class Daemon:
         adapters: Mapping[str, SensorAdapter] | None = None,
         sink: SchedulerSink | None = None,
         rng: random.Random | None = None,
+        config_path: Path | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
+        self.config_path = config_path
         self._rng = rng or random.Random()
+        self.notifier = notifier or Notifier()
         self.store = StateStore()
+        self.metrics = Metrics(self)
         if adapters is None:
             adapters = {name: build_adapter(name, cfg) for name, cfg in config.sources.items()}
-        self.runners = [
-            SourceRunner(adapter, config.sources[name].timing, self.store.update, rng=self._rng)
-            for name, adapter in adapters.items()
-        ]
+        self.runners = [self._runner(adapter) for adapter in adapters.values()]
         if sink is None and config.scheduler is not None:
             sink = build_sink(config.scheduler)
         self.sink = sink
@@ -71,11 +80,24 @@ class Daemon:
             rng=self._rng,
         )
         self.engine = PolicyEngine(
-            config.node.name, policy_settings(config.policy), self.store, self.delivery.submit
+            config.node.name, policy_settings(config.policy), self.store, self._on_decision
         )
         self._stop = asyncio.Event()
+        self._tg: asyncio.TaskGroup | None = None
+        self._runner_tasks: dict[str, asyncio.Task[None]] = {}
         self.api_port: int | None = None
         self.ready = asyncio.Event()
+        self.reloads = 0
+
+    def _runner(self, adapter: SensorAdapter) -> SourceRunner:
+        timing = self.config.sources[adapter.name].timing
+        return SourceRunner(
+            adapter, timing, self.store.update, rng=self._rng, on_attempt=self.metrics.observe_poll
+        )
+
+    def _on_decision(self, decision: Decision) -> None:
+        self.metrics.count_decision(decision)
+        self.delivery.submit(decision)
 
     def stop(self) -> None:
         """Ask the daemon to stop; run() returns within a few seconds."""
@@ -98,10 +120,11 @@ class Daemon:
                 await runner.adapter.close()
 
     async def run(self, *, handle_signals: bool = True) -> None:
-        """Run until stop() or SIGTERM/SIGINT."""
+        """Run until stop() or SIGTERM/SIGINT; SIGHUP reloads the config."""
         loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in signals:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         api = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
         await api.setup()
@@ -117,25 +140,106 @@ class Daemon:
             )
             try:
                 async with asyncio.TaskGroup() as tg:
+                    self._tg = tg
                     for runner in self.runners:
-                        tg.create_task(runner.run(), name=f"source:{runner.name}")
+                        self._start_runner(runner)
                     tg.create_task(
                         self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
                     )
                     tg.create_task(self.delivery.run(), name="delivery")
                     tg.create_task(self._mark_ready(), name="ready")
+                    tg.create_task(self._report_status(), name="status")
+                    if self.notifier.watchdog_s:
+                        tg.create_task(self._watchdog(self.notifier.watchdog_s), name="watchdog")
                     tg.create_task(self._wait_stop(), name="stop")
             except* _Shutdown:
                 pass
         finally:
+            self._tg = None
             if handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
+                for sig in signals:
                     loop.remove_signal_handler(sig)
             await self._shutdown(api)
 
+    def _start_runner(self, runner: SourceRunner) -> None:
+        assert self._tg is not None
+        self._runner_tasks[runner.name] = self._tg.create_task(
+            runner.run(), name=f"source:{runner.name}"
+        )
+
     def _on_signal(self, sig: signal.Signals) -> None:
+        if sig is signal.SIGHUP:
+            log.info("SIGHUP received, reloading configuration")
+            if self._tg is not None:
+                self._tg.create_task(self.reload(), name="reload")
+            return
         log.info("%s received, stopping", sig.name)
         self.stop()
+
+    async def reload(self) -> bool:
+        """Re-read the config file and apply it without losing state or pending decisions.
+
+        Invalid config: logged, the running config stays. Changed or new sources
+        get fresh runners; unchanged ones keep polling. The node, API and scheduler
+        settings need a restart (logged when they differ).
+        """
+        if self.config_path is None:
+            log.warning("reload requested but the daemon was not started from a file")
+            return False
+        self.notifier.reloading()
+        try:
+            new = load_config(self.config_path)
+        except ConfigError as err:
+            log.error(
+                "reload of %s refused, keeping the running config:\n  %s",
+                self.config_path,
+                "\n  ".join(err.problems),
+            )
+            self.notifier.ready(self._status_line())
+            return False
+        old = self.config
+        for what, a, b in (
+            ("[node]", old.node, new.node),
+            ("[api]", old.api, new.api),
+            ("[scheduler]", old.scheduler, new.scheduler),
+        ):
+            if a != b:
+                log.warning("reload: %s changed; it takes effect at the next restart", what)
+        new = Config(old.node, new.sources, new.logging, old.api, new.policy, old.scheduler)
+        setup_logging(new.logging.level, new.logging.format)
+        self.engine.settings = policy_settings(new.policy)
+        await self._reload_sources(old, new)
+        self.config = new
+        self.reloads += 1
+        log.info("configuration reloaded from %s", self.config_path)
+        self.notifier.ready(self._status_line())
+        return True
+
+    async def _reload_sources(self, old: Config, new: Config) -> None:
+        changed = {
+            name
+            for name in set(old.sources) | set(new.sources)
+            if old.sources.get(name) != new.sources.get(name)
+        }
+        for runner in [r for r in self.runners if r.name in changed]:
+            task = self._runner_tasks.pop(runner.name, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self.runners.remove(runner)
+            log.info("%s: source stopped for reload", runner.name)
+        self.config = new  # the new runners read their timing from it
+        for name in sorted(changed & set(new.sources)):
+            try:
+                runner = self._runner(build_adapter(name, new.sources[name]))
+            except SourceError as err:
+                log.error("%s: cannot start after reload: %s", name, err)
+                continue
+            self.runners.append(runner)
+            if self._tg is not None:
+                self._start_runner(runner)
+            log.info("%s: source (re)started by reload", name)
 
     async def _wait_stop(self) -> None:
         await self._stop.wait()
@@ -144,13 +248,32 @@ class Daemon:
     async def _mark_ready(self) -> None:
         await asyncio.gather(*(r.first_attempt.wait() for r in self.runners))
         self.ready.set()
-        log.info(
-            "%s: ready: %s",
-            self.config.node.name,
-            ", ".join(f"{r.name} {r.health}" for r in self.runners),
-        )
+        status = self._status_line()
+        log.info("%s: ready: %s", self.config.node.name, status)
+        self.notifier.ready(status)
+
+    def _status_line(self) -> str:
+        outcome = self.engine.last
+        cond = outcome.node.condition.value if outcome else "starting"
+        sources = ", ".join(f"{r.name} {r.health}" for r in self.runners)
+        pending = len(self.delivery.pending())
+        return f"{self.config.node.name}: {cond}; sources: {sources}; undelivered: {pending}"
+
+    async def _report_status(self) -> None:
+        await self.ready.wait()
+        while True:
+            self.notifier.status(self._status_line())
+            await asyncio.sleep(STATUS_INTERVAL_S)
+
+    async def _watchdog(self, watchdog_s: float) -> None:
+        # Pinged from the event loop itself: a blocked loop stops the pings and
+        # systemd restarts the service.
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(watchdog_s / 2)
 
     async def _shutdown(self, api: web.AppRunner) -> None:
+        self.notifier.stopping()
         pending = self.delivery.pending()
         if pending:
             log.warning(
@@ -163,4 +286,5 @@ class Daemon:
                 await api.cleanup()
                 if self.sink is not None:
                     await self.sink.close()
+        self.notifier.close()
         log.info("%s: stopped", self.config.node.name)

@@ -54,14 +54,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_CONFIG
     setup_logging(config.logging.level, config.logging.format)
-    return run_async(_run(config))
+    return run_async(_run(config, args.config))
 
 
-async def _run(config: Config) -> int:
+async def _run(config: Config, path: Path) -> int:
     from daemon.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
 
     try:
-        daemon = Daemon(config)
+        daemon = Daemon(config, config_path=path)
         await daemon.check_sources()
     except (StartupError, SourceError) as err:
         print(f"rackguard: cannot start: {err}", file=sys.stderr)

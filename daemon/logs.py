@@ -16,6 +16,9 @@ _PRIORITY = {
 }
 
 
+_HANDLER_NAME = "rackguard"
+
+
 class JournaldFormatter(logging.Formatter):
     """``<priority>logger: message`` with no timestamp: journald adds its own."""
 
@@ -33,8 +36,10 @@ def setup_logging(level: str = "info", fmt: str = "auto") -> None:
         handler.setFormatter(JournaldFormatter("%(message)s"))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.set_name(_HANDLER_NAME)
     root = logging.getLogger()
-    for old in list(root.handlers):
+    # Replace only our own handler (a reload calls this again), never others'.
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())

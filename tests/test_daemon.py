@@ -3,57 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from adapters.schedulers.webhook import WebhookSink
-from adapters.sensors.nvml import NvmlAdapter
-from daemon.app import Daemon
-from daemon.config import parse_config
 from daemon.runner import Health
 from fakes.nvml import FakeNvml, fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from tests.conftest import WEBHOOK_SECRET as SECRET
+from tests.daemon_harness import config_text, running_daemon, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def config_text(url: str, secret: Path, *, port: int = 0, binding: str = "pynvml") -> str:
-    return f"""
-[node]
-name = "gpu-node-07"
-rack = "rack-b"
-[api]
-port = {port}
-[sources.gpus]
-type = "nvml"
-interval_s = 0.05
-timeout_s = 0.04
-backoff_initial_s = 0.05
-backoff_max_s = 0.2
-binding = "{binding}"
-[policy]
-min_dwell_s = 0.0
-resume_after_s = 0.2
-stale_after_s = 1.0
-evaluate_interval_s = 0.05
-[scheduler]
-type = "webhook"
-url = "{url}"
-secret_file = "{secret}"
-retry_initial_s = 0.05
-retry_max_s = 0.1
-"""
 
 
 @pytest.fixture
@@ -61,32 +28,6 @@ def secret(tmp_path: Path) -> Path:
     path = tmp_path / "key"
     path.write_bytes(SECRET)
     return path
-
-
-@contextlib.asynccontextmanager
-async def running_daemon(
-    nvml: FakeNvml, receiver: FakeWebhookScheduler, secret: Path
-) -> AsyncIterator[Daemon]:
-    """A daemon on the fake node, delivering to the receiver; ready when yielded."""
-    cfg = parse_config(config_text(receiver.url, secret))
-    daemon = Daemon(
-        cfg, adapters={"gpus": NvmlAdapter("gpus", nvml)}, sink=WebhookSink(receiver.url, SECRET)
-    )
-    task = asyncio.create_task(daemon.run(handle_signals=False))
-    try:
-        await asyncio.wait_for(daemon.ready.wait(), 5)
-        yield daemon
-    finally:
-        daemon.stop()
-        await asyncio.wait_for(task, 5)
-
-
-async def wait_for(predicate: object, limit_s: float = 5.0) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_hot_gpu_is_drained_then_resumed_and_api_shows_state(

@@ -1,0 +1,71 @@
+"""Running a real daemon in-process against the fake NVML and the fake webhook scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from adapters.schedulers.webhook import WebhookSink
+from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
+from daemon.config import parse_config
+from fakes.nvml import FakeNvml
+from fakes.scheduler import FakeWebhookScheduler
+from tests.conftest import WEBHOOK_SECRET as SECRET
+
+
+def config_text(url: str, secret: Path, *, port: int = 0, binding: str = "pynvml") -> str:
+    return f"""
+[node]
+name = "gpu-node-07"
+rack = "rack-b"
+[api]
+port = {port}
+[sources.gpus]
+type = "nvml"
+interval_s = 0.05
+timeout_s = 0.04
+backoff_initial_s = 0.05
+backoff_max_s = 0.2
+binding = "{binding}"
+[policy]
+min_dwell_s = 0.0
+resume_after_s = 0.2
+stale_after_s = 1.0
+evaluate_interval_s = 0.05
+[scheduler]
+type = "webhook"
+url = "{url}"
+secret_file = "{secret}"
+retry_initial_s = 0.05
+retry_max_s = 0.1
+"""
+
+
+@contextlib.asynccontextmanager
+async def running_daemon(
+    nvml: FakeNvml, receiver: FakeWebhookScheduler, secret: Path
+) -> AsyncIterator[Daemon]:
+    """A daemon on the fake node, delivering to the receiver; ready when yielded."""
+    cfg = parse_config(config_text(receiver.url, secret))
+    daemon = Daemon(
+        cfg, adapters={"gpus": NvmlAdapter("gpus", nvml)}, sink=WebhookSink(receiver.url, SECRET)
+    )
+    task = asyncio.create_task(daemon.run(handle_signals=False))
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), 5)
+        yield daemon
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def wait_for(predicate: Callable[[], bool], limit_s: float = 5.0) -> None:
+    """Poll until predicate() holds, failing after limit_s."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
