@@ -7,6 +7,8 @@ import contextlib
 import logging
 import random
 import signal
+import sqlite3
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,19 +16,22 @@ from aiohttp import web
 
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
+from adapters.schedulers.base import ReadableSink
+from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.api import make_app
 from daemon.config import Config, ConfigError, load_config
 from daemon.config_policy import policy_settings
-from daemon.delivery import DeliveryQueue
 from daemon.engine import PolicyEngine
 from daemon.logs import setup_logging
 from daemon.metrics import Metrics
 from daemon.notify import Notifier
+from daemon.outbox import MEMORY, Outbox, OutboxBusy
+from daemon.reconcile import Reconciler
 from daemon.runner import SourceRunner
 from daemon.sinks import build_sink
 from daemon.sources import build_adapter
 from daemon.state import StateStore
-from policies.model import Decision
+from policies.model import Action, Decision
 
 log = logging.getLogger(__name__)
 
@@ -70,18 +75,37 @@ class Daemon:
             adapters = {name: build_adapter(name, cfg) for name, cfg in config.sources.items()}
         self.runners = [self._runner(adapter) for adapter in adapters.values()]
         if sink is None and config.scheduler is not None:
-            sink = build_sink(config.scheduler)
+            try:
+                sink = build_sink(config.scheduler)
+            except KubeAuthError as err:
+                raise StartupError(f"scheduler: {err}") from err
         self.sink = sink
         sched = config.scheduler
-        self.delivery = DeliveryQueue(
-            sink,
-            retry_initial_s=sched.retry_initial_s if sched else 1.0,
-            retry_max_s=sched.retry_max_s if sched else 60.0,
-            rng=self._rng,
-        )
+        if sched is not None and sched.outbox_path is None:
+            log.warning(
+                "scheduler.outbox_path is not set: undelivered decisions will not survive a restart"
+            )
+        try:
+            self.delivery = Outbox(
+                (sched.outbox_path or MEMORY) if sched else MEMORY,
+                sink,
+                retry_initial_s=sched.retry_initial_s if sched else 1.0,
+                retry_max_s=sched.retry_max_s if sched else 60.0,
+                rng=self._rng,
+            )
+        except (OutboxBusy, sqlite3.Error, OSError) as err:
+            raise StartupError(f"scheduler.outbox_path: {err}") from err
+        self.reconciler: Reconciler | None = None
+        if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
+            self.reconciler = Reconciler(self.delivery, sink, interval_s=sched.reconcile_interval_s)
         self.engine = PolicyEngine(
             config.node.name, policy_settings(config.policy), self.store, self._on_decision
         )
+        # After a restart, the policy starts from what it last asked for: a node
+        # drained before the restart is resumed by the rule, not forgotten.
+        intent = self.delivery.intents().get(config.node.name)
+        if intent is not None and intent.action is not Action.RESUME:
+            self.engine.restore(intent.action, time.monotonic())
         self._stop = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self._runner_tasks: dict[str, asyncio.Task[None]] = {}
@@ -147,6 +171,8 @@ class Daemon:
                         self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
                     )
                     tg.create_task(self.delivery.run(), name="delivery")
+                    if self.reconciler is not None:
+                        tg.create_task(self.reconciler.run(), name="reconcile")
                     tg.create_task(self._mark_ready(), name="ready")
                     tg.create_task(self._report_status(), name="status")
                     if self.notifier.watchdog_s:
@@ -286,5 +312,6 @@ class Daemon:
                 await api.cleanup()
                 if self.sink is not None:
                     await self.sink.close()
+        self.delivery.close()
         self.notifier.close()
         log.info("%s: stopped", self.config.node.name)

@@ -1,4 +1,5 @@
-"""Decisions reach a real HTTP receiver: signed, retried through outages, coalesced."""
+"""Decisions reach a real HTTP receiver: signed, retried through outages, coalesced,
+kept across restarts by the outbox."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import hashlib
 import hmac
 import random
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +155,53 @@ async def test_dry_run_decisions_are_not_sent() -> None:
     d = Decision("n1", Action.DRAIN, f"{REASON_PREFIX} x", FaultDomain.GPU, 0.0, "k", dry_run=True)
     queue.submit(d)
     assert queue.pending() == []
+
+
+async def test_webhook_decisions_survive_a_restart(
+    receiver: FakeWebhookScheduler, tmp_path: Path
+) -> None:
+    db = tmp_path / "outbox.sqlite3"
+    first = DeliveryQueue(None, path=db)
+    first.submit(decision("n1", Action.DRAIN, 1))
+    first.close()  # as if the process died before delivering
+    sink = WebhookSink(receiver.url, SECRET)
+    queue = DeliveryQueue(sink, path=db, retry_initial_s=0.01, retry_max_s=0.02)
+    task = await run_queue(queue)
+    try:
+        for _ in range(200):
+            if not queue.pending():
+                break
+            await asyncio.sleep(0.01)
+        assert [r.key for r in receiver.received] == [idempotency_key("n1", Action.DRAIN, 1)]
+        assert queue.confirmed == {"n1": Action.DRAIN}
+    finally:
+        await stop(task)
+        await sink.close()
+        queue.close()
+
+
+async def test_keys_reused_after_a_restart_reach_the_receiver_as_new(
+    receiver: FakeWebhookScheduler, tmp_path: Path
+) -> None:
+    # The policy's epochs start again at 1 in a new process: the same key, a new decision.
+    sink = WebhookSink(receiver.url, SECRET)
+    queue = DeliveryQueue(sink, path=tmp_path / "o.db", retry_initial_s=0.01, retry_max_s=0.02)
+    task = await run_queue(queue)
+    try:
+        for d in (
+            decision("n1", Action.DRAIN, 1),
+            decision("n1", Action.RESUME, 2),
+            decision("n1", Action.DRAIN, 1),
+        ):
+            queue.submit(d)
+            for _ in range(200):
+                if not queue.pending():
+                    break
+                await asyncio.sleep(0.01)
+        assert [r.payload["action"] for r in receiver.received] == ["drain", "resume", "drain"]
+        assert len({r.key for r in receiver.received}) == 3
+        assert receiver.node_state["n1"] == "drained"
+    finally:
+        await stop(task)
+        await sink.close()
+        queue.close()
