@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench import agent_cost
-from bench.report import render
+from bench import agent_cost, delivery_latency
+from bench.report import Row, render
 
 
 def main() -> None:
@@ -13,7 +13,9 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench")
     p.add_argument("--seconds", type=float, default=60.0, help="length of the agent CPU run")
     args = p.parse_args()
-    rows = agent_cost.measure(args.seconds)
+    rows: list[Row] = []
+    rows += agent_cost.measure(args.seconds)
+    rows += delivery_latency.measure()
     print(render(rows))
 
 
