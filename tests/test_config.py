@@ -10,6 +10,7 @@ import pytest
 
 from daemon.cli import main
 from daemon.config import ConfigError, load_config, parse_config
+from daemon.config_scheduler import WebhookSchedulerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "systemd" / "rackguard.example.toml"
@@ -31,7 +32,9 @@ def test_example_config_loads(secret_file: Path) -> None:
     assert cfg.node.name == "gpu-node-01"
     assert cfg.sources["gpus"].interval_s == 1.0
     assert cfg.policy.exit_margin_c > cfg.policy.enter_margin_c
-    assert cfg.scheduler is not None and cfg.scheduler.secret_file == secret_file
+    assert isinstance(cfg.scheduler, WebhookSchedulerConfig)
+    assert cfg.scheduler.secret_file == secret_file
+    assert cfg.scheduler.outbox_path == Path("/var/lib/rackguard/outbox.sqlite3")
 
 
 def test_example_documents_every_key() -> None:
