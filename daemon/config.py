@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from daemon.config_opcua import OpcuaSourceConfig
 from daemon.config_policy import PolicyConfig
 from daemon.config_scheduler import SchedulerConfig, WebhookSchedulerConfig
 from daemon.config_sources import NvmlSourceConfig
@@ -18,7 +19,7 @@ from daemon.secrets import read_secret
 from daemon.typed_toml import ConfigError, bounded, load_typed
 
 # One arm per source type (the `type` key picks it); add new types here.
-SourceConfig = NvmlSourceConfig
+SourceConfig = NvmlSourceConfig | OpcuaSourceConfig
 
 __all__ = [
     "ApiConfig",
@@ -27,6 +28,7 @@ __all__ = [
     "LoggingConfig",
     "NodeConfig",
     "NvmlSourceConfig",
+    "OpcuaSourceConfig",
     "PolicyConfig",
     "SourceConfig",
     "WebhookSchedulerConfig",

@@ -45,3 +45,8 @@ def setup_logging(level: str = "info", fmt: str = "auto") -> None:
     root.setLevel(level.upper())
     # aiohttp's access log would log every request: not a state change.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # asyncua logs every connect at INFO and a traceback per second while a
+    # session is lost; the runner already logs those state changes once.
+    logging.getLogger("asyncua").setLevel(
+        logging.DEBUG if level.lower() == "debug" else logging.CRITICAL
+    )

@@ -5,8 +5,11 @@ from __future__ import annotations
 from adapters.base import SensorAdapter
 from adapters.sensors.nvml import NvmlAdapter, load_binding
 from daemon.config import SourceConfig
+from daemon.config_opcua import OpcuaSourceConfig, build_opcua_adapter
 
 
 def build_adapter(name: str, cfg: SourceConfig) -> SensorAdapter:
     """The adapter for one configured source."""
+    if isinstance(cfg, OpcuaSourceConfig):
+        return build_opcua_adapter(name, cfg)
     return NvmlAdapter(name, load_binding(cfg.binding), gpu_indices=cfg.gpus or None)

@@ -157,3 +157,25 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path / "none.toml")
     assert "cannot read config" in info.value.problems[0]
+
+
+def uncomment_block(text: str, header: str) -> str:
+    """The example with one commented-out table switched on (its '# # ' lines stay comments)."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if line == f"# {header}":
+            inside = True
+        elif inside and not line.strip():
+            inside = False
+        # "# key = v" becomes "key = v"; "# # note" stays a comment.
+        out.append(line[2:] if inside and line.startswith("# ") else line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize(("header", "source", "kind"), [("[sources.cdu]", "cdu", "opcua")])
+def test_example_commented_sources_are_valid(
+    secret_file: Path, header: str, source: str, kind: str
+) -> None:
+    text = uncomment_block(with_secret(EXAMPLE.read_text(), secret_file), header)
+    cfg = parse_config(text)
+    assert cfg.sources[source].type == kind

@@ -1,0 +1,563 @@
+"""OPC-UA adapter for a coolant distribution unit (CDU): subscriptions, batched Read fallback.
+
+connect() opens a session (opcua_session.py), resolves every variable -- by browse
+path from the root object, or by a configured NodeId -- together with its
+EngineeringUnits, and in subscription mode creates one data-change subscription
+seeded by one batched Read. Browse paths and namespace indexes are resolved again
+at every connect, so a server that restarted with new NodeIds is followed.
+
+read() in subscription mode returns the latest value of each variable. Any publish
+response (a data change or a keep-alive) proves the values current; when the server
+falls silent they turn UNCERTAIN after ``stale_after_s`` and BAD after
+``bad_after_s``, and the read after that raises SourceUnavailable so the runner
+rebuilds the session. A closed connection raises at once. In poll mode (or when the
+server refuses subscriptions) each read is one Read call for all variables.
+
+OPC-UA status codes map to quality: Good -> GOOD, Uncertain* -> UNCERTAIN, Bad* ->
+BAD, each with the code's name as the reason; the source timestamp (else the server
+timestamp) becomes ``device_ts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from asyncua import ua
+from asyncua.client.client import Client
+from asyncua.client.ua_client import UaClientState
+from asyncua.ua.attribute_ids import AttributeIds
+from asyncua.ua.object_ids import ObjectIds
+from asyncua.ua.status_codes import StatusCodes
+from asyncua.ua.uaerrors import UaError, UaStatusCodeError
+
+from adapters.errors import SourceSetupError, SourceUnavailable
+from adapters.sensors.opcua_profiles import (
+    KIND_UNITS,
+    UNITS_BY_UNECE,
+    CduProfile,
+    PathElement,
+    Unit,
+    VariableSpec,
+    parse_path,
+)
+from adapters.sensors.opcua_session import (
+    SessionSettings,
+    close_session,
+    open_session,
+    renew_channel_if_due,
+    status_name,
+    translate_error,
+)
+from policies.model import Quality, Reading
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["subscription", "poll"]
+
+# CreateSubscription results after which polling is the way to read this server.
+_SUBSCRIPTIONS_REFUSED = frozenset(
+    {
+        StatusCodes.BadTooManySubscriptions,
+        StatusCodes.BadServiceUnsupported,
+        StatusCodes.BadNotSupported,
+        StatusCodes.BadNotImplemented,
+        StatusCodes.BadUserAccessDenied,
+    }
+)
+_GOOD = StatusCodes.Good
+_SEVERITY_MASK = 0xC0000000
+_UNCERTAIN = 0x40000000
+_ENGINEERING_UNITS = PathElement("0", "EngineeringUnits")
+_MIN_SUBSCRIPTION_LIFETIME_S = 60.0  # the server keeps our subscription this long without us
+
+
+@dataclass(frozen=True, slots=True)
+class OpcuaSettings:
+    """Everything the adapter needs; built from the config by daemon/config_opcua.py."""
+
+    session: SessionSettings
+    profile: CduProfile
+    mode: Mode = "subscription"
+    sampling_interval_s: float = 1.0
+    deadband: float = 0.0  # absolute, in the server's unit; analog variables only
+    keepalive_s: float = 5.0
+    stale_after_s: float = 15.0
+    bad_after_s: float = 30.0
+    root: str = (
+        ""  # browse path ("alias:Name/...") or NodeId ("ns=2;s=X", "nsu=URI;s=X"); "" = profile's
+    )
+    nodes: Mapping[str, str] = field(
+        default_factory=dict
+    )  # variable key -> NodeId, instead of a path
+    namespaces: Mapping[str, str] = field(default_factory=dict)  # alias -> URI, over the profile's
+    variables: tuple[str, ...] = ()  # profile keys to read; () = all
+
+
+@dataclass(slots=True)
+class _Var:
+    """One variable's address, unit and latest sample."""
+
+    spec: VariableSpec
+    sensor: str
+    labels: Mapping[str, str]
+    node_id: ua.NodeId | None = None
+    fault: str = ""  # why the variable cannot be read at all; "" when it can
+    unit: Unit | None = None
+    value: Any = None
+    status: int = StatusCodes.BadWaitingForInitialData
+    source_ts: float | None = None
+    server_ts: float | None = None
+
+
+def _epoch(ts: datetime | None) -> float | None:
+    if ts is None:
+        return None
+    if ts.tzinfo is None:  # OPC-UA DateTime is UTC
+        ts = ts.replace(tzinfo=UTC)
+    return ts.timestamp()
+
+
+def _plain(node_id: ua.NodeId) -> ua.NodeId:
+    """An ExpandedNodeId from TranslateBrowsePaths as a plain NodeId."""
+    return ua.NodeId(node_id.Identifier, node_id.NamespaceIndex, node_id.NodeIdType)
+
+
+class OpcuaAdapter:
+    """SensorAdapter for one CDU over OPC-UA; see the module docstring for the contract."""
+
+    def __init__(self, name: str, settings: OpcuaSettings) -> None:
+        self.name = name
+        self.settings = settings
+        profile = settings.profile
+        keys = settings.variables or tuple(v.key for v in profile.variables)
+        unknown = [k for k in keys if k not in {v.key for v in profile.variables}]
+        if unknown:
+            raise SourceSetupError(
+                f"{name}: variables {unknown} are not in profile {profile.name!r}"
+            )
+        self._specs = tuple(profile.variable(k) for k in keys)
+        self._aliases = {**profile.namespaces, **settings.namespaces}
+        self._client: Client | None = None
+        self._vars: list[_Var] = []
+        self._polling = settings.mode == "poll"
+        self._read_params: ua.ReadParameters | None = None
+        self._read_vars: list[_Var] = []  # in the order of _read_params
+        self._channel_opened = 0.0
+        self._heard = 0.0  # monotonic time of the last publish response (data or keep-alive)
+        self._lost = ""  # why the session must be rebuilt; "" while it is usable
+        self._refused_logged = False
+        self.notifications = 0  # data-change notifications received (for stats and benches)
+        self.channel_renewals = 0
+
+    @property
+    def polling(self) -> bool:
+        """True when reads are batched Read calls (configured, or subscriptions were refused)."""
+        return self._polling
+
+    @property
+    def url(self) -> str:
+        """The server's endpoint URL."""
+        return self.settings.session.url
+
+    async def connect(self) -> None:
+        """Open a session, resolve the variables and (in subscription mode) subscribe."""
+        await self.close()
+        client = await open_session(self.settings.session)
+        try:
+            self._vars = await self._resolve(client)
+            self._read_params = self._make_read_params()
+            self._lost = ""
+            self._polling = self.settings.mode == "poll"
+            self._channel_opened = time.monotonic()
+            if not self._polling:
+                await self._subscribe(client)
+        except (OSError, TimeoutError, UaError) as err:
+            await close_session(client)
+            raise translate_error(self.url, "resolving variables", err) from err
+        except BaseException:
+            await close_session(client)
+            raise
+        self._client = client
+
+    async def read(self) -> Sequence[Reading]:
+        """One reading per variable; SourceUnavailable when the session is gone."""
+        client = self._client
+        if client is None:
+            raise SourceUnavailable(f"{self.name}: not connected to {self.url}")
+        if client.uaclient.state is not UaClientState.CONNECTED:
+            raise SourceUnavailable(f"{self.name}: connection to {self.url} lost")
+        if self._lost:
+            raise SourceUnavailable(f"{self.name}: {self._lost}")
+        try:
+            if await renew_channel_if_due(client, self._channel_opened, time.monotonic()):
+                self._channel_opened = time.monotonic()
+                self.channel_renewals += 1
+            if self._polling:
+                await self._poll(client)
+        except (OSError, TimeoutError, UaError) as err:
+            raise translate_error(self.url, "read", err) from err
+        return self._readings()
+
+    async def close(self) -> None:
+        """Close the session (politely if the server answers quickly); never raises."""
+        client, self._client = self._client, None
+        if client is not None:
+            await close_session(client)
+
+    # --- connect --------------------------------------------------------------------
+
+    async def _resolve(self, client: Client) -> list[_Var]:
+        """Variables with NodeIds and units, from browse paths and the server's NamespaceArray."""
+        ns_array: list[str] = await client.get_namespace_array()
+        index = {uri: i for i, uri in enumerate(ns_array)}
+        profile = self.settings.profile
+        out = [
+            _Var(
+                spec,
+                f"cdu.{spec.key}",
+                types.MappingProxyType({"profile": profile.name, "variable": spec.key}),
+            )
+            for spec in self._specs
+        ]
+        root_text = self.settings.root or "/".join(str(e) for e in profile.root)
+        start, root_path = self._root(root_text, index)
+        paths: list[ua.BrowsePath] = []
+        owners: list[tuple[int, bool]] = []  # (variable index, is the EngineeringUnits path)
+        if root_path:
+            try:
+                paths.append(self._browse_path(start, root_path, index))
+            except KeyError as err:
+                raise SourceSetupError(
+                    f"{self.name}: namespace {err.args[0]} of root {root_text!r}"
+                    f" is not on {self.url}"
+                ) from err
+            owners.append((-1, False))
+        for i, var in enumerate(out):
+            configured = self.settings.nodes.get(var.spec.key)
+            if configured:
+                var.node_id = self._node_id(configured, index)
+                var.labels = types.MappingProxyType({**var.labels, "node_id": configured})
+                paths.append(self._browse_path(var.node_id, (_ENGINEERING_UNITS,), index))
+                owners.append((i, True))
+                continue
+            try:
+                full = root_path + var.spec.path
+                paths.append(self._browse_path(start, full, index))
+                owners.append((i, False))
+                paths.append(self._browse_path(start, (*full, _ENGINEERING_UNITS), index))
+                owners.append((i, True))
+            except KeyError as err:
+                var.fault = f"namespace {err.args[0]} is not on the server"
+        results = await client.uaclient.translate_browsepaths_to_nodeids(paths)
+        eu_nodes: dict[int, ua.NodeId] = {}
+        for (i, is_eu), result in zip(owners, results, strict=True):
+            good = result.StatusCode.is_good() and bool(result.Targets)
+            if i < 0:
+                if not good:
+                    raise SourceSetupError(
+                        f"{self.name}: root {root_text!r} not found on {self.url}"
+                        f" ({result.StatusCode.name})"
+                    )
+            elif is_eu:
+                if good:
+                    eu_nodes[i] = _plain(result.Targets[0].TargetId)
+            elif good:
+                node_id = _plain(result.Targets[0].TargetId)
+                out[i].node_id = node_id
+                out[i].labels = types.MappingProxyType(
+                    {**out[i].labels, "node_id": node_id.to_string()}
+                )
+            else:
+                out[i].fault = (
+                    f"browse path {'/'.join(str(e) for e in root_path + out[i].spec.path)}"
+                    f" not found ({result.StatusCode.name})"
+                )
+        if not any(v.node_id is not None for v in out):
+            faults = "; ".join(v.fault for v in out if v.fault)
+            raise SourceSetupError(f"{self.name}: no variable found on {self.url}: {faults}")
+        await self._read_units(client, out, eu_nodes)
+        return out
+
+    def _root(
+        self, text: str, index: Mapping[str, int]
+    ) -> tuple[ua.NodeId, tuple[PathElement, ...]]:
+        """Starting node and remaining path for a root given as NodeId or browse path."""
+        if _looks_like_node_id(text):
+            return self._node_id(text, index), ()
+        try:
+            path = parse_path(text)
+        except ValueError as err:
+            raise SourceSetupError(f"{self.name}: root {text!r}: {err}") from err
+        return ua.NodeId(ua.Int32(ObjectIds.ObjectsFolder)), path
+
+    def _node_id(self, text: str, index: Mapping[str, int]) -> ua.NodeId:
+        """A NodeId from "ns=2;s=X" or "nsu=URI;s=X" (URI looked up on this server)."""
+        if text.startswith("nsu="):
+            uri, _, rest = text[4:].partition(";")
+            if uri not in index:
+                raise SourceSetupError(
+                    f"{self.name}: namespace {uri!r} of {text!r} is not on the server"
+                )
+            text = f"ns={index[uri]};{rest}"
+        try:
+            return ua.NodeId.from_string(text)
+        except (ValueError, UaError) as err:
+            raise SourceSetupError(f"{self.name}: {text!r} is not a NodeId: {err}") from err
+
+    def _browse_path(
+        self, start: ua.NodeId, path: tuple[PathElement, ...], index: Mapping[str, int]
+    ) -> ua.BrowsePath:
+        """A BrowsePath; KeyError naming the namespace URI when the server lacks it."""
+        text = []
+        for e in path:
+            if e.namespace.isdigit():
+                ns = int(e.namespace)
+            else:
+                uri = self._aliases.get(e.namespace)
+                if uri is None:
+                    raise SourceSetupError(
+                        f"{self.name}: namespace alias {e.namespace!r} is not declared"
+                    )
+                if uri not in index:
+                    raise KeyError(uri)
+                ns = index[uri]
+            # "/" follows hierarchical references forward, subtypes included (Part 4 A.2).
+            text.append(f"/{ns}:{_escape(e.name)}")
+        relative = ua.RelativePath.from_string("".join(text))
+        return ua.BrowsePath(StartingNode=start, RelativePath=relative)
+
+    async def _read_units(
+        self, client: Client, out: list[_Var], eu_nodes: Mapping[int, ua.NodeId]
+    ) -> None:
+        """Each variable's unit: the server's EngineeringUnits if stated, else the profile's."""
+        for var in out:
+            var.unit = var.spec.unit
+        physical = {i: n for i, n in eu_nodes.items() if _wants_units(out[i].spec)}
+        if not physical:
+            return
+        values = await client.uaclient.read(_read_parameters(list(physical.values())))
+        for i, dv in zip(physical, values, strict=True):
+            eu = dv.Value.Value if dv.Value is not None else None
+            if (dv.StatusCode and not dv.StatusCode.is_good()) or not isinstance(
+                eu, ua.EUInformation
+            ):
+                continue
+            unit = UNITS_BY_UNECE.get(eu.UnitId)
+            var = out[i]
+            expected = KIND_UNITS[var.spec.kind][0]
+            shown = eu.DisplayName.Text if eu.DisplayName else ""
+            if unit is None:
+                var.fault = f"unsupported engineering unit {shown!r} (UnitId {eu.UnitId})"
+            elif unit.canonical != expected:
+                var.fault = f"engineering unit {shown!r} does not fit {var.spec.kind.value}"
+            else:
+                var.unit = unit
+
+    def _make_read_params(self) -> ua.ReadParameters:
+        """One Read for every resolvable variable, built once per session."""
+        self._read_vars = [v for v in self._vars if v.node_id is not None and not v.fault]
+        return _read_parameters([v.node_id for v in self._read_vars if v.node_id is not None])
+
+    async def _subscribe(self, client: Client) -> None:
+        """One data-change subscription for all variables, seeded by one batched Read."""
+        s = self.settings
+        interval_ms = s.sampling_interval_s * 1000.0
+        keepalive = max(1, math.ceil(s.keepalive_s / s.sampling_interval_s))
+        lifetime = max(
+            3 * keepalive, math.ceil(_MIN_SUBSCRIPTION_LIFETIME_S / s.sampling_interval_s)
+        )
+        params = ua.CreateSubscriptionParameters(
+            RequestedPublishingInterval=interval_ms,
+            RequestedLifetimeCount=lifetime,
+            RequestedMaxKeepAliveCount=keepalive,
+            MaxNotificationsPerPublish=0,
+            PublishingEnabled=True,
+            Priority=0,
+        )
+        session = client.uaclient.session
+        try:
+            created = await session.create_subscription(params, self._on_publish)
+        except UaStatusCodeError as err:
+            if err.code not in _SUBSCRIPTIONS_REFUSED:
+                raise
+            if not self._refused_logged:
+                log.warning(
+                    "%s: %s refused subscriptions (%s); polling with one Read instead",
+                    self.name,
+                    self.url,
+                    status_name(err.code),
+                )
+                self._refused_logged = True
+            self._polling = True
+            return
+        items = [
+            (handle, v)
+            for handle, v in enumerate(self._vars)
+            if v.node_id is not None and not v.fault
+        ]
+        await self._poll(client)  # seed: the first read after connect has every value
+        self._heard = time.monotonic()
+        results = await session.create_monitored_items(
+            ua.CreateMonitoredItemsParameters(
+                SubscriptionId=created.SubscriptionId,
+                TimestampsToReturn=ua.TimestampsToReturn.Both,
+                ItemsToCreate=[self._monitored_item(h, v, interval_ms) for h, v in items],
+            )
+        )
+        for (_, var), result in zip(items, results, strict=True):
+            if not result.StatusCode.is_good():
+                var.fault = f"monitored item refused ({result.StatusCode.name})"
+
+    def _monitored_item(
+        self, handle: int, var: _Var, interval_ms: float
+    ) -> ua.MonitoredItemCreateRequest:
+        assert var.node_id is not None
+        flt = ua.DataChangeFilter(Trigger=ua.DataChangeTrigger.StatusValue)
+        if self.settings.deadband > 0 and _wants_units(var.spec):
+            flt = ua.DataChangeFilter(
+                Trigger=ua.DataChangeTrigger.StatusValue,
+                DeadbandType=ua.DeadbandType.Absolute,
+                DeadbandValue=self.settings.deadband,
+            )
+        return ua.MonitoredItemCreateRequest(
+            ItemToMonitor=ua.ReadValueId(NodeId=var.node_id, AttributeId=AttributeIds.Value),
+            MonitoringMode=ua.MonitoringMode.Reporting,
+            RequestedParameters=ua.MonitoringParameters(
+                ClientHandle=handle,
+                SamplingInterval=interval_ms,
+                Filter=flt,
+                QueueSize=1,
+                DiscardOldest=True,
+            ),
+        )
+
+    # --- read -----------------------------------------------------------------------
+
+    async def _poll(self, client: Client) -> None:
+        """One batched Read of every variable into the cache."""
+        params = self._read_params
+        if params is None or not params.NodesToRead:
+            return
+        values = await client.uaclient.read(params)
+        for var, dv in zip(self._read_vars, values, strict=True):
+            self._store(var, dv)
+
+    def _on_publish(self, result: ua.PublishResult) -> None:
+        """Publish-loop callback: a data change, a keep-alive or a subscription status change."""
+        self._heard = time.monotonic()
+        for notification in result.NotificationMessage.NotificationData or ():
+            if isinstance(notification, ua.DataChangeNotification):
+                self.notifications += len(notification.MonitoredItems)
+                for item in notification.MonitoredItems:
+                    if 0 <= item.ClientHandle < len(self._vars):
+                        self._store(self._vars[item.ClientHandle], item.Value)
+            elif isinstance(notification, ua.StatusChangeNotification):
+                code = notification.Status.value
+                if code & _SEVERITY_MASK:
+                    self._lost = f"server ended the subscription ({status_name(code)})"
+
+    @staticmethod
+    def _store(var: _Var, dv: ua.DataValue) -> None:
+        var.value = dv.Value.Value if dv.Value is not None else None
+        var.status = dv.StatusCode.value if dv.StatusCode is not None else _GOOD
+        var.source_ts = _epoch(dv.SourceTimestamp)
+        var.server_ts = _epoch(dv.ServerTimestamp)
+
+    def _readings(self) -> list[Reading]:
+        """The cache as readings, with staleness applied in subscription mode."""
+        mono, wall = time.monotonic(), time.time()
+        stale = ""
+        bad = False
+        if not self._polling:
+            silence = mono - self._heard
+            s = self.settings
+            if silence > s.stale_after_s:
+                stale = f"stale: nothing from the server for {silence:.1f}s"
+            if silence > s.bad_after_s:
+                bad = True
+                # This read reports BAD; the next raises so the runner rebuilds the session.
+                self._lost = f"subscription silent for {silence:.1f}s; rebuilding the session"
+        return [self._reading(v, mono, wall, stale, bad) for v in self._vars]
+
+    def _reading(self, var: _Var, mono: float, wall: float, stale: str, bad: bool) -> Reading:
+        spec = var.spec
+        unit_name = spec.canonical_unit
+        value: float | None = None
+        reason = ""
+        if var.fault:
+            quality, reason = Quality.BAD, var.fault
+        elif var.status & _SEVERITY_MASK == _UNCERTAIN or var.status & _SEVERITY_MASK == 0:
+            converted = _convert(var)
+            if isinstance(converted, str):
+                quality, reason = Quality.BAD, converted
+            elif var.status & _SEVERITY_MASK:
+                quality, value, reason = Quality.UNCERTAIN, converted, status_name(var.status)
+            else:
+                quality, value = Quality.GOOD, converted
+        else:
+            quality, reason = Quality.BAD, status_name(var.status)
+        if bad and not var.fault:
+            quality, value, reason = Quality.BAD, None, stale
+        elif stale and quality is not Quality.BAD:
+            quality, reason = Quality.UNCERTAIN, f"{stale}; {reason}" if reason else stale
+        return Reading(
+            source=self.name,
+            sensor=var.sensor,
+            kind=spec.kind,
+            value=value,
+            unit=unit_name,
+            quality=quality,
+            mono=mono,
+            wall=wall,
+            reason=reason,
+            device_ts=var.source_ts if var.source_ts is not None else var.server_ts,
+            labels=var.labels,
+        )
+
+
+def _convert(var: _Var) -> float | str:
+    """The value in rackguard's unit, or why it cannot be one."""
+    raw = var.value
+    if isinstance(raw, bool):
+        number = 1.0 if raw else 0.0
+    elif isinstance(raw, int | float):
+        number = float(raw)
+    else:
+        return f"not a number: {type(raw).__name__} {raw!r}"[:200]
+    if var.spec.transform == "nonzero":
+        return 1.0 if number != 0 else 0.0
+    unit = var.unit or var.spec.unit
+    converted = unit.convert(number)
+    _, low, high = KIND_UNITS[var.spec.kind]
+    if not low <= converted <= high:  # also rejects NaN
+        return f"out of range: {converted:g} {var.spec.canonical_unit}"
+    return converted
+
+
+def _wants_units(spec: VariableSpec) -> bool:
+    """True for physical quantities, whose EngineeringUnits the server may state."""
+    return spec.transform == "value" and spec.unit.canonical not in ("bool", "severity")
+
+
+def _escape(name: str) -> str:
+    """A browse name with the RelativePath syntax characters escaped by '&'."""
+    return "".join(f"&{c}" if c in "/.<>:#!&" else c for c in name)
+
+
+def _looks_like_node_id(text: str) -> bool:
+    return text.startswith(("ns=", "nsu=", "i=", "s=", "g=", "b="))
+
+
+def _read_parameters(nodes: list[ua.NodeId]) -> ua.ReadParameters:
+    return ua.ReadParameters(
+        MaxAge=0,
+        TimestampsToReturn=ua.TimestampsToReturn.Both,
+        NodesToRead=[ua.ReadValueId(NodeId=n, AttributeId=AttributeIds.Value) for n in nodes],
+    )
