@@ -11,6 +11,7 @@ import pytest
 from daemon.cli import main
 from daemon.config import ConfigError, load_config, parse_config
 from daemon.config_scheduler import WebhookSchedulerConfig
+from daemon.config_sources import NvmlSourceConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "systemd" / "rackguard.example.toml"
@@ -52,7 +53,8 @@ def test_example_documents_every_key() -> None:
 def test_minimal_config_gets_defaults() -> None:
     cfg = parse_config(MINIMAL)
     assert cfg.api.listen == "127.0.0.1"
-    assert cfg.sources["gpus"].binding == "pynvml"
+    gpus = cfg.sources["gpus"]
+    assert isinstance(gpus, NvmlSourceConfig) and gpus.binding == "pynvml"
     assert cfg.scheduler is None
     with pytest.raises(AttributeError):
         cfg.node.name = "x"  # type: ignore[misc]  # frozen
