@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import agent_cost, delivery_latency, opcua_cost
+from bench import agent_cost, delivery_latency, opcua_cost, snmp_cost
 from bench.report import Row, render
 
 
@@ -17,6 +17,7 @@ def main() -> None:
     rows += agent_cost.measure(args.seconds)
     rows += delivery_latency.measure()
     rows += opcua_cost.measure(seconds=3.0, repeats=5)
+    rows += snmp_cost.measure()
     print(render(rows))
 
 

@@ -110,6 +110,9 @@ async def _probe(config: Config, name: str, *, as_json: bool) -> int:
     return 0
 
 
+_ROW_LABELS = frozenset({"active", "oid", "probe", "phase", "outlet", "inlet", "description"})
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Readings as an aligned text table; each device's identity printed once above its rows."""
     header = ("SENSOR", "VALUE", "UNIT", "QUALITY", "DETAIL")
@@ -117,7 +120,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     last_identity = ""
     for row in rows:
         labels = row["labels"]
-        identity = " ".join(f"{k}={v}" for k, v in labels.items() if k != "active")
+        # The device's identity, printed once above its rows; per-row labels stay out.
+        identity = " ".join(f"{k}={v}" for k, v in labels.items() if k not in _ROW_LABELS)
         if identity and identity != last_identity:
             lines.append((f"# {identity}",))
             last_identity = identity

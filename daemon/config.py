@@ -13,13 +13,14 @@ from typing import Literal
 
 from daemon.config_opcua import OpcuaSourceConfig
 from daemon.config_policy import PolicyConfig
+from daemon.config_snmp import SnmpSourceConfig
 from daemon.config_scheduler import SchedulerConfig, WebhookSchedulerConfig
 from daemon.config_sources import NvmlSourceConfig
 from daemon.secrets import read_secret
 from daemon.typed_toml import ConfigError, bounded, load_typed
 
 # One arm per source type (the `type` key picks it); add new types here.
-SourceConfig = NvmlSourceConfig | OpcuaSourceConfig
+SourceConfig = NvmlSourceConfig | SnmpSourceConfig | OpcuaSourceConfig
 
 __all__ = [
     "ApiConfig",
@@ -30,6 +31,7 @@ __all__ = [
     "NvmlSourceConfig",
     "OpcuaSourceConfig",
     "PolicyConfig",
+    "SnmpSourceConfig",
     "SourceConfig",
     "WebhookSchedulerConfig",
     "load_config",

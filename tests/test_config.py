@@ -174,10 +174,15 @@ def uncomment_block(text: str, header: str) -> str:
     return "\n".join(out)
 
 
-@pytest.mark.parametrize(("header", "source", "kind"), [("[sources.cdu]", "cdu", "opcua")])
+@pytest.mark.parametrize(
+    ("header", "source", "kind"),
+    [("[sources.cdu]", "cdu", "opcua"), ("[sources.pdu-a]", "pdu-a", "snmp")],
+)
 def test_example_commented_sources_are_valid(
     secret_file: Path, header: str, source: str, kind: str
 ) -> None:
-    text = uncomment_block(with_secret(EXAMPLE.read_text(), secret_file), header)
+    example = with_secret(EXAMPLE.read_text(), secret_file)
+    example = example.replace("/etc/rackguard/pdu-a.community", str(secret_file))
+    text = uncomment_block(example, header)
     cfg = parse_config(text)
     assert cfg.sources[source].type == kind

@@ -1,0 +1,398 @@
+"""PDU and cooling-unit profiles: TOML data that maps a device's OIDs to sensors.
+
+A profile names the sysObjectID prefixes it serves, scalar sensors (one OID each) and
+tables (a column walked once at connect gives the rows; other columns read once give
+each row's text fields; value columns are polled). docs/pdu-profiles.md is the
+operator's guide to the format; the shipped profiles live in profiles/*.toml.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from policies.model import SensorKind
+
+_OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
+_TEMPLATE_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SCALE_MODES = ("decimal_digits", "signed_factor", "si_prefix")
+TRANSFORMS = ("fahrenheit_to_celsius",)
+
+_TEMPERATURE_KINDS = frozenset(
+    {
+        SensorKind.INLET_TEMPERATURE,
+        SensorKind.AIR_TEMPERATURE,
+        SensorKind.TEMPERATURE,
+        SensorKind.COOLANT_SUPPLY_TEMPERATURE,
+        SensorKind.COOLANT_RETURN_TEMPERATURE,
+    }
+)
+# Unit when a profile names none; kinds missing here must name their unit.
+DEFAULT_UNITS: Mapping[SensorKind, str] = {
+    **dict.fromkeys(_TEMPERATURE_KINDS, "celsius"),
+    SensorKind.HUMIDITY: "percent",
+    SensorKind.POWER: "watts",
+    SensorKind.CURRENT: "amperes",
+    SensorKind.VOLTAGE: "volts",
+    SensorKind.ENERGY: "kilowatt_hours",
+    SensorKind.COOLANT_FLOW: "liters_per_minute",
+}
+# Sane range per unit when a profile names none: outside it a value is BAD.
+DEFAULT_RANGES: Mapping[str, tuple[float, float]] = {
+    "celsius": (-60.0, 200.0),
+    "percent": (0.0, 100.0),
+    "watts": (0.0, 1_000_000.0),
+    "amperes": (0.0, 10_000.0),
+    "volts": (0.0, 1_000.0),
+    "liters_per_minute": (0.0, 100_000.0),
+}
+# The short word for a kind, usable as {class} in sensor id templates.
+_CLASS_WORDS: Mapping[SensorKind, str] = {
+    **dict.fromkeys(_TEMPERATURE_KINDS, "temperature"),
+    SensorKind.COOLANT_FLOW: "flow",
+    SensorKind.COOLANT_PRESSURE: "pressure",
+    SensorKind.COOLANT_DIFFERENTIAL_PRESSURE: "differential_pressure",
+}
+
+
+def class_word(kind: SensorKind) -> str:
+    """'temperature' for every temperature kind, else the kind's own name."""
+    return _CLASS_WORDS.get(kind, kind.value)
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """A divisor or factor read from a row field (e.g. a 'decimal digits' column)."""
+
+    field: str
+    mode: str  # one of SCALE_MODES
+
+
+@dataclass(frozen=True, slots=True)
+class SensorSpec:
+    """How one value OID (scalar) or value column (table) becomes a Reading."""
+
+    id: str  # template: {index}, {index1}.., fields, constants, labels, {class}
+    kind: SensorKind
+    unit: str
+    value: str  # the OID (scalar) or the column OID (table; the row index is appended)
+    divisor: float = 1.0
+    multiplier: float = 1.0
+    offset: float = 0.0  # added after divisor and multiplier
+    scales: tuple[Scale, ...] = ()
+    transform: str = ""  # one of TRANSFORMS, applied last
+    sentinels: frozenset[int] = frozenset()  # raw values meaning "no probe fitted"
+    low: float | None = None
+    high: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # values are templates
+    match: Mapping[str, re.Pattern[str]] = field(default_factory=dict)  # field -> regex
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """Rows found by walking one column at connect; each row yields its sensors."""
+
+    id: str
+    walk: str
+    fields: Mapping[str, str]  # field name -> column OID, read once per row at connect
+    constants: Mapping[str, str]  # name -> scalar OID, read once at connect
+    where: Mapping[str, re.Pattern[str]]  # rows kept only where every field matches
+    sensors: tuple[SensorSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One device family's sensors; matched by sysObjectID prefix."""
+
+    id: str
+    vendor: str
+    model: str
+    match: tuple[tuple[int, ...], ...]
+    scalars: tuple[SensorSpec, ...]
+    tables: tuple[TableSpec, ...]
+    max_repetitions: int | None = None
+    max_varbinds: int | None = None
+    fallback: bool = False  # used when no other profile matches
+    verified_with: str = ""
+    path: str = ""
+
+    def matches(self, sys_object_id: tuple[int, ...]) -> int:
+        """Length of the longest matching prefix, 0 when none matches."""
+        best = 0
+        for prefix in self.match:
+            if sys_object_id[: len(prefix)] == prefix and len(prefix) > best:
+                best = len(prefix)
+        return best
+
+
+def oid_tuple(text: str) -> tuple[int, ...]:
+    """'1.3.6.1' or '.1.3.6.1' as a tuple of ints."""
+    return tuple(int(p) for p in text.strip(".").split("."))
+
+
+def template_names(template: str) -> set[str]:
+    """The {names} a template refers to."""
+    return set(_TEMPLATE_REF.findall(template))
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """Fill {name} references; an unknown name is left as is."""
+    return _TEMPLATE_REF.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+class _Reader:
+    """Typed access to one TOML table, naming the key path in every error."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, source: str) -> None:
+        self.data = data
+        self.where = where
+        self.source = source
+        self.used: set[str] = set()
+
+    def fail(self, key: str, message: str) -> ProfileError:
+        path = f"{self.where}.{key}" if self.where else key
+        return ProfileError(f"{self.source}: {path}: {message}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise self.fail(key, "required key is missing")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.fail(key, f"must not be a boolean, got {value!r}")
+        if not isinstance(value, kind):
+            raise self.fail(key, f"has the wrong type ({type(value).__name__}): {value!r}")
+        return value
+
+    def oid(self, key: str, default: Any = ...) -> Any:
+        value = self.get(key, str, default)
+        if isinstance(value, str) and not _OID.match(value):
+            raise self.fail(key, f"must be a numeric OID like '1.3.6.1.4.1', got {value!r}")
+        return value.strip(".") if isinstance(value, str) else value
+
+    def number(self, key: str, default: Any = ...) -> Any:
+        value = self.get(key, (int, float), default)
+        return float(value) if isinstance(value, int | float) else value
+
+    def str_map(self, key: str, *, oids: bool = False) -> dict[str, str]:
+        raw = self.get(key, dict, {})
+        out: dict[str, str] = {}
+        for name, value in raw.items():
+            if not isinstance(value, str):
+                raise self.fail(f"{key}.{name}", f"must be a string, got {value!r}")
+            if oids and not _OID.match(value):
+                raise self.fail(f"{key}.{name}", f"must be a numeric OID, got {value!r}")
+            out[name] = value.strip(".") if oids else value
+        return out
+
+    def regex_map(self, key: str) -> dict[str, re.Pattern[str]]:
+        out: dict[str, re.Pattern[str]] = {}
+        for name, pattern in self.str_map(key).items():
+            try:
+                out[name] = re.compile(pattern)
+            except re.error as err:
+                raise self.fail(f"{key}.{name}", f"bad regular expression: {err}") from err
+        return out
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise self.fail(unknown[0], "unknown key")
+
+
+def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
+    kind_text = r.get("kind", str)
+    try:
+        kind = SensorKind(kind_text)
+    except ValueError:
+        known = ", ".join(k.value for k in SensorKind)
+        raise r.fail("kind", f"unknown kind {kind_text!r} (known: {known})") from None
+    unit = r.get("unit", str, DEFAULT_UNITS.get(kind, ""))
+    if not unit:
+        raise r.fail("unit", f"required for kind {kind.value!r}")
+    low_default, high_default = DEFAULT_RANGES.get(unit, (None, None))
+    if kind not in (SensorKind.HUMIDITY,) and unit == "percent":
+        low_default, high_default = None, None
+    scales: list[Scale] = []
+    for i, item in enumerate(r.get("scale", list, [])):
+        if not isinstance(item, dict):
+            raise r.fail(f"scale[{i}]", "must be a table {field = ..., mode = ...}")
+        sr = _Reader(item, f"{r.where}.scale[{i}]", r.source)
+        mode = sr.get("mode", str)
+        if mode not in SCALE_MODES:
+            raise sr.fail("mode", f"must be one of {', '.join(SCALE_MODES)}, got {mode!r}")
+        scales.append(Scale(sr.get("field", str), mode))
+        sr.done()
+    transform = r.get("transform", str, "")
+    if transform and transform not in TRANSFORMS:
+        raise r.fail("transform", f"must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
+    sentinels = r.get("sentinels", list, [])
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in sentinels):
+        raise r.fail("sentinels", "must be a list of integers (raw values)")
+    divisor = r.number("divisor", 1.0)
+    if divisor == 0:
+        raise r.fail("divisor", "must not be 0")
+    spec = SensorSpec(
+        id=r.get("id", str),
+        kind=kind,
+        unit=unit,
+        value=r.oid(value_key),
+        divisor=divisor,
+        multiplier=r.number("multiplier", 1.0),
+        offset=r.number("offset", 0.0),
+        scales=tuple(scales),
+        transform=transform,
+        sentinels=frozenset(sentinels),
+        low=r.number("min", low_default),
+        high=r.number("max", high_default),
+        labels=r.str_map("labels"),
+        match=r.regex_map("match"),
+    )
+    label_names = set(spec.labels)
+    for ref in template_names(spec.id) - names - label_names:
+        raise r.fail("id", f"refers to {{{ref}}}, which is neither a field nor a label")
+    for name, tmpl in spec.labels.items():
+        for ref in template_names(tmpl) - names:
+            raise r.fail(f"labels.{name}", f"refers to {{{ref}}}, which is not a field")
+    for name in spec.match:
+        if name not in names:
+            raise r.fail(f"match.{name}", "is not a field of this table")
+    for scale in spec.scales:
+        if scale.field not in names:
+            raise r.fail("scale", f"field {scale.field!r} is not a field of this table")
+    r.done()
+    return spec
+
+
+_SCALAR_NAMES = {"class"}
+_INDEX_NAMES = {"index", *(f"index{i}" for i in range(1, 17))}
+
+
+def parse_profile(data: Mapping[str, Any], source: str) -> Profile:
+    """A Profile from parsed TOML; ProfileError names the file and key of any problem."""
+    r = _Reader(data, "", source)
+    scalars = []
+    for i, item in enumerate(r.get("sensor", list, [])):
+        if not isinstance(item, dict):
+            raise r.fail(f"sensor[{i}]", "must be a table")
+        scalars.append(_sensor(_Reader(item, f"sensor[{i}]", source), "oid", _SCALAR_NAMES))
+    tables = []
+    for i, item in enumerate(r.get("table", list, [])):
+        if not isinstance(item, dict):
+            raise r.fail(f"table[{i}]", "must be a table")
+        tr = _Reader(item, f"table[{i}]", source)
+        fields = tr.str_map("fields", oids=True)
+        constants = tr.str_map("constants", oids=True)
+        names = _SCALAR_NAMES | _INDEX_NAMES | set(fields) | set(constants)
+        where = tr.regex_map("where")
+        for name in where:
+            if name not in fields:
+                raise tr.fail(f"where.{name}", "is not a field of this table")
+        sensors = []
+        for j, s in enumerate(tr.get("sensor", list)):
+            if not isinstance(s, dict):
+                raise tr.fail(f"sensor[{j}]", "must be a table")
+            sensors.append(_sensor(_Reader(s, f"table[{i}].sensor[{j}]", source), "value", names))
+        tables.append(
+            TableSpec(
+                id=tr.get("id", str, f"table{i}"),
+                walk=tr.oid("walk"),
+                fields=fields,
+                constants=constants,
+                where=where,
+                sensors=tuple(sensors),
+            )
+        )
+        tr.done()
+    match = tuple(oid_tuple(m) for m in r.get("match", list, []))
+    fallback = r.get("fallback", bool, False)
+    if not match and not fallback:
+        raise r.fail("match", "list at least one sysObjectID prefix (or set fallback = true)")
+    max_rep = r.get("max_repetitions", int, None)
+    max_vb = r.get("max_varbinds", int, None)
+    if max_rep is not None and not 1 <= max_rep <= 100:
+        raise r.fail("max_repetitions", f"must be 1..100, got {max_rep}")
+    if max_vb is not None and not 1 <= max_vb <= 200:
+        raise r.fail("max_varbinds", f"must be 1..200, got {max_vb}")
+    profile = Profile(
+        id=r.get("id", str),
+        vendor=r.get("vendor", str, ""),
+        model=r.get("model", str, ""),
+        match=match,
+        scalars=tuple(scalars),
+        tables=tuple(tables),
+        max_repetitions=max_rep,
+        max_varbinds=max_vb,
+        fallback=fallback,
+        verified_with=r.get("verified_with", str, ""),
+        path=source,
+    )
+    r.done()
+    if not profile.scalars and not profile.tables:
+        raise ProfileError(f"{source}: defines no [[sensor]] and no [[table]]")
+    return profile
+
+
+def load_profile_file(path: Path) -> Profile:
+    """Parse one profile file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ProfileError(f"{path}: cannot be read: {err.strerror or err}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ProfileError(f"{path}: not valid TOML: {err}") from err
+    return parse_profile(data, str(path))
+
+
+def shipped_profiles() -> list[Profile]:
+    """Every profile shipped in adapters/sensors/profiles."""
+    out = []
+    folder = resources.files("adapters.sensors") / "profiles"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            data = tomllib.loads(entry.read_text(encoding="utf-8"))
+            out.append(parse_profile(data, f"profiles/{entry.name}"))
+    return out
+
+
+def load_profiles(extra_dir: Path | None = None) -> list[Profile]:
+    """The shipped profiles plus every *.toml in extra_dir; a later id replaces an earlier."""
+    by_id = {p.id: p for p in shipped_profiles()}
+    if extra_dir is not None:
+        if not extra_dir.is_dir():
+            raise ProfileError(f"{extra_dir}: profile_dir is not a directory")
+        for path in sorted(extra_dir.glob("*.toml")):
+            profile = load_profile_file(path)
+            by_id[profile.id] = profile
+    return list(by_id.values())
+
+
+def select_profile(
+    profiles: list[Profile], sys_object_id: tuple[int, ...], override: str = ""
+) -> Profile | None:
+    """The override (by id) if given, else the longest sysObjectID prefix, else a fallback."""
+    if override:
+        for p in profiles:
+            if p.id == override:
+                return p
+        return None
+    best: Profile | None = None
+    best_len = 0
+    for p in profiles:
+        n = p.matches(sys_object_id)
+        if n > best_len:
+            best, best_len = p, n
+    if best is None:
+        best = next((p for p in profiles if p.fallback), None)
+    return best
