@@ -13,8 +13,8 @@ from typing import Literal
 
 from daemon.config_opcua import OpcuaSourceConfig
 from daemon.config_policy import PolicyConfig
-from daemon.config_snmp import SnmpSourceConfig
 from daemon.config_scheduler import SchedulerConfig, WebhookSchedulerConfig
+from daemon.config_snmp import SnmpSourceConfig
 from daemon.config_sources import NvmlSourceConfig
 from daemon.secrets import read_secret
 from daemon.typed_toml import ConfigError, bounded, load_typed
