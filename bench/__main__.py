@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import agent_cost, delivery_latency, opcua_cost, snmp_cost
+from bench import agent_cost, delivery_latency, opcua_cost, scoring, snmp_cost
 from bench.report import Row, render
 
 
@@ -18,6 +18,7 @@ def main() -> None:
     rows += delivery_latency.measure()
     rows += opcua_cost.measure(seconds=3.0, repeats=5)
     rows += snmp_cost.measure()
+    rows += scoring.measure()
     print(render(rows))
 
 

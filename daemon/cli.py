@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from adapters.errors import SourceError
+from daemon import replay_cmd
 from daemon.config import Config, ConfigError, load_config
 from daemon.logs import setup_logging
 
@@ -170,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--config", "-c", type=Path, required=True)
     probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
     probe.set_defaults(func=cmd_probe)
+
+    replay_cmd.add_parser(sub)
 
     demo = sub.add_parser("demo", help="run the whole stack on simulated hardware")
     demo.add_argument("--scenario", default="hot-gpu")

@@ -1,0 +1,113 @@
+"""Fault-domain attribution: which of one GPU, one node, the rack or the cooling loop is failing.
+
+The decision's domain sets its scope: a GPU or node fault drains that node only;
+a rack (inlet air) or cooling-loop fault is shared by every node of the rack,
+and each of the rack's agents drains its own node for it.
+
+Order of evidence (first match wins):
+
+1. Cooling loop: a leak, lost flow (pump stopped, or flow well under its highest),
+   or coolant supply rising at least half as fast as the GPU margins fall.
+2. Rack: inlet air rising at least half as fast as the margins fall, or (when the
+   policy sees the rack's other nodes) two or more nodes of the rack in trouble.
+3. Node: two or more of its GPUs in trouble.
+4. GPU: one GPU (its cold plate, its paste, its fan).
+
+Evidence that is UNKNOWN (stale or BAD) cannot name a domain: the attribution
+falls through to the next rule, and says so in its explanation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.model import FaultDomain
+
+# Shared evidence explains a GPU margin decline when it moves at least this fraction as fast.
+EXPLAINS_FRACTION = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class LoopEvidence:
+    """The cooling loop (CDU) as one rack's series show it."""
+
+    monitored: bool = False  # the rack has reported coolant series at least once
+    known: bool = False  # every monitored coolant series is fresh
+    leak: bool = False
+    flow_lost: bool = False  # pump stopped or flow under the low fraction of its highest
+    supply_rising: bool = False  # supply well above its window minimum, or trending up
+    supply_rate_c_per_s: float | None = None  # a trusted, significant supply trend
+    detail: str = ""
+
+    @property
+    def failing(self) -> bool:
+        """A leak or lost flow: the loop cannot carry the heat away."""
+        return self.leak or self.flow_lost
+
+    @property
+    def healthy(self) -> bool:
+        """Known, and neither failing nor warming."""
+        return self.known and not self.failing and not self.supply_rising
+
+
+@dataclass(frozen=True, slots=True)
+class AirEvidence:
+    """The rack's inlet air as its probes show it."""
+
+    monitored: bool = False
+    known: bool = False
+    rate_c_per_s: float | None = None  # the hottest probe's trusted rising trend
+    detail: str = ""
+
+    @property
+    def rising(self) -> bool:
+        """The inlet air is warming (trusted trend)."""
+        return self.rate_c_per_s is not None and self.rate_c_per_s > 0
+
+    @property
+    def healthy(self) -> bool:
+        """Known and not warming."""
+        return self.known and not self.rising
+
+
+def _explains(rate: float | None, margin_fall_c_per_s: float | None) -> bool:
+    """A shared series moving at ``rate`` explains the margin falling (when that is known)."""
+    if rate is None or rate <= 0:
+        return False
+    if margin_fall_c_per_s is None or margin_fall_c_per_s <= 0:
+        return True
+    return rate >= EXPLAINS_FRACTION * margin_fall_c_per_s
+
+
+def attribute(
+    *,
+    hot_gpus: int,
+    loop: LoopEvidence,
+    air: AirEvidence,
+    margin_fall_c_per_s: float | None,
+    rack_nodes_in_trouble: int,
+) -> tuple[FaultDomain, str]:
+    """The domain of a node's trouble and a few words on why.
+
+    ``margin_fall_c_per_s`` is how fast the node's worst GPU margin falls (None when
+    it has no trusted trend); ``rack_nodes_in_trouble`` counts the nodes of the rack
+    the caller sees in trouble, this one included.
+    """
+    if loop.known:
+        if loop.failing or _explains(loop.supply_rate_c_per_s, margin_fall_c_per_s):
+            return FaultDomain.COOLING_LOOP, loop.detail
+        if loop.supply_rate_c_per_s is None and loop.supply_rising:
+            return FaultDomain.COOLING_LOOP, loop.detail
+    if air.known and _explains(air.rate_c_per_s, margin_fall_c_per_s):
+        return FaultDomain.RACK, air.detail
+    if rack_nodes_in_trouble >= 2:
+        return FaultDomain.RACK, f"{rack_nodes_in_trouble} nodes of the rack affected"
+    unknown = []
+    if loop.monitored and not loop.known:
+        unknown.append("cooling loop")
+    if air.monitored and not air.known:
+        unknown.append("inlet air")
+    note = f" ({' and '.join(unknown)} unknown)" if unknown else ""
+    if hot_gpus >= 2:
+        return FaultDomain.NODE, f"{hot_gpus} GPUs of the node affected{note}"
+    return FaultDomain.GPU, f"one GPU affected{note}"

@@ -1,0 +1,320 @@
+"""Trend and forecast: a robust slope with its confidence bounds, time-to-threshold, and skill.
+
+* :func:`theil_sen` fits the median pairwise slope of bucket means, with Sen's
+  rank-based confidence bounds: a few outliers (a glitch, a stuck reading) do not
+  move it, and its bounds say how sure the slope is.
+* :class:`SeriesForecaster` keeps one series' window and fits it each time a
+  bucket closes. A fit whose recent half clearly disagrees with the whole window
+  (a step that has settled, a ramp that stopped) is judged by the flatter of the
+  two, so a load step is not extrapolated as a ramp.
+* Every forecaster is scored against persistence (the last bucket mean) at a
+  fixed horizon as the data arrives; it is *trusted* only while its recent
+  errors are smaller than persistence's. An untrusted or insignificant trend
+  forecasts persistence and predicts no threshold crossing.
+
+Pure: samples and their timestamps in, numbers out. Same input, same output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from policies.window import Bucket, BucketWindow
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
+
+    slope: float
+    lo: float
+    hi: float
+    level: float
+    t_ref: float
+    n: int
+    span_s: float
+
+    def at(self, t: float) -> float:
+        """The fitted value at time ``t``."""
+        return self.level + self.slope * (t - self.t_ref)
+
+    @property
+    def rising(self) -> bool:
+        """The slope is above zero at the fit's confidence."""
+        return self.lo > 0.0
+
+    @property
+    def falling(self) -> bool:
+        """The slope is below zero at the fit's confidence."""
+        return self.hi < 0.0
+
+    @property
+    def significant(self) -> bool:
+        """Rising or falling at the fit's confidence."""
+        return self.rising or self.falling
+
+
+def z_for(confidence: float) -> float:
+    """The one-sided normal quantile for a confidence level in (0.5, 1)."""
+    return NormalDist().inv_cdf(confidence)
+
+
+def theil_sen(points: list[Bucket], z: float) -> Trend | None:
+    """Median pairwise slope with Sen's one-sided bounds at quantile ``z``; None under 3 points."""
+    n = len(points)
+    if n < 3:
+        return None
+    ts = [p.t for p in points]
+    ys = [p.value for p in points]
+    slopes = [
+        (ys[j] - ys[i]) / (ts[j] - ts[i])
+        for i in range(n - 1)
+        for j in range(i + 1, n)
+        if ts[j] > ts[i]
+    ]
+    if len(slopes) < 3:
+        return None
+    slopes.sort()
+    m = len(slopes)
+    mid = m // 2
+    slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+    # Sen (1968): the bounds are order statistics of the pairwise slopes, at ranks
+    # (N -+ z * sd(S)) / 2 with Var(S) = n(n-1)(2n+5)/18 (Kendall's S, no ties).
+    c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    lo_i = min(m - 1, max(0, math.floor((m - c) / 2.0) - 1))
+    hi_i = min(m - 1, max(0, math.ceil((m + c) / 2.0)))
+    t_ref = points[-1].t
+    offsets = sorted(p.value - slope * (p.t - t_ref) for p in points)
+    level = offsets[n // 2] if n % 2 else (offsets[n // 2 - 1] + offsets[n // 2]) / 2.0
+    return Trend(slope, slopes[lo_i], slopes[hi_i], level, t_ref, n, t_ref - points[0].t)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeToThreshold:
+    """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
+
+    None means "not reaching it" at that bound (moving away, or flat).
+    """
+
+    point_s: float | None
+    early_s: float | None
+    late_s: float | None
+
+    @property
+    def confident(self) -> bool:
+        """Even the slowest plausible approach reaches the threshold."""
+        return self.late_s is not None
+
+
+def time_to_threshold(
+    trend: Trend, level: float, threshold: float, *, falling: bool
+) -> TimeToThreshold:
+    """When a series now at ``level`` and moving along ``trend`` reaches ``threshold``."""
+    gap = level - threshold if falling else threshold - level
+    if gap <= 0.0:
+        return TimeToThreshold(0.0, 0.0, 0.0)
+    speed = -trend.slope if falling else trend.slope
+    fast = -trend.lo if falling else trend.hi
+    slow = -trend.hi if falling else trend.lo
+    return TimeToThreshold(
+        gap / speed if speed > 0 else None,
+        gap / fast if fast > 0 else None,
+        gap / slow if slow > 0 else None,
+    )
+
+
+class SkillTracker:
+    """Scores a forecaster against persistence at one horizon over the last ``keep`` verdicts.
+
+    ``record`` a forecast made at ``t`` for ``t + horizon``; ``score`` resolves the
+    forecasts that have come due with the value observed then. O(1) per call.
+    """
+
+    __slots__ = (
+        "_keep",
+        "_margin",
+        "_pending",
+        "_scores",
+        "horizon_s",
+        "sum_forecast",
+        "sum_persistence",
+    )
+
+    def __init__(self, horizon_s: float, keep: int, max_pending: int, margin: float) -> None:
+        self.horizon_s = horizon_s
+        self._keep = keep
+        self._margin = margin
+        self._pending: deque[tuple[float, float, float]] = deque(maxlen=max_pending)
+        self._scores: deque[tuple[float, float]] = deque()
+        self.sum_forecast = 0.0
+        self.sum_persistence = 0.0
+
+    def record(self, t: float, forecast: float, persisted: float) -> None:
+        """A forecast made at ``t`` (and the persistence forecast made with it)."""
+        self._pending.append((t + self.horizon_s, forecast, persisted))
+
+    def score(self, t: float, actual: float, tolerance_s: float) -> None:
+        """Resolve every pending forecast due by ``t + tolerance_s`` against ``actual``."""
+        pending = self._pending
+        while pending and pending[0][0] <= t + tolerance_s:
+            _, forecast, persisted = pending.popleft()
+            verdict = (abs(forecast - actual), abs(persisted - actual))
+            self._scores.append(verdict)
+            self.sum_forecast += verdict[0]
+            self.sum_persistence += verdict[1]
+            if len(self._scores) > self._keep:
+                old_f, old_p = self._scores.popleft()
+                self.sum_forecast -= old_f
+                self.sum_persistence -= old_p
+
+    def drop_pending(self) -> None:
+        """Forget forecasts not yet due (they were made about a regime that has ended)."""
+        self._pending.clear()
+
+    @property
+    def scored(self) -> int:
+        """Verdicts in the record."""
+        return len(self._scores)
+
+    @property
+    def trusted(self) -> bool:
+        """The forecaster's recent errors are clearly smaller than persistence's."""
+        # The absolute slack keeps round-off of equal forecasts from counting as a win.
+        bar = self.sum_persistence * (1.0 - self._margin) - 1e-9
+        return self.scored > 0 and self.sum_forecast < bar
+
+
+@dataclass(frozen=True, slots=True)
+class TrendSettings:
+    """How a series is bucketed, fitted and scored."""
+
+    bucket_s: float = 10.0
+    window_s: float = 300.0
+    min_points: int = 6
+    confidence: float = 0.9
+    skill_horizon_s: float = 60.0
+    skill_keep: int = 12
+    # Trust needs errors this much below persistence's (0.2: at least 20 % smaller).
+    skill_margin: float = 0.2
+    # A change between two buckets faster than this (units per second) is a step, not
+    # a trend: the fit restarts after ``settle_s``. None: never.
+    max_rate_per_s: float | None = None
+    settle_s: float = 120.0
+
+
+class SeriesForecaster:
+    """One slow series: its window, its current trend, and its skill against persistence."""
+
+    __slots__ = ("_since", "_z", "floor", "settings", "skill", "trend", "window")
+
+    def __init__(self, settings: TrendSettings, *, floor: float | None = None) -> None:
+        self.settings = settings
+        # A level the series cannot be forecast to fall under (a GPU's margin stops
+        # near zero: the GPU throttles to hold its slowdown temperature).
+        self.floor = floor
+        self.window = BucketWindow(settings.bucket_s, settings.window_s)
+        self._z = z_for(settings.confidence)
+        pending = math.ceil(settings.skill_horizon_s / settings.bucket_s) + 2
+        self.skill = SkillTracker(
+            settings.skill_horizon_s, settings.skill_keep, pending, settings.skill_margin
+        )
+        self.trend: Trend | None = None
+        self._since = -math.inf
+
+    def add(self, t: float, value: float) -> bool:
+        """Add a sample; True when a bucket closed (and the trend was refitted)."""
+        before = self.window.newest
+        if not self.window.add(t, value):
+            return False
+        newest = self.window.newest
+        assert newest is not None
+        s = self.settings
+        if (
+            s.max_rate_per_s is not None
+            and before is not None
+            and newest.t > before.t
+            and abs(newest.value - before.value) > s.max_rate_per_s * (newest.t - before.t)
+        ):
+            self.restart(newest.t + s.settle_s)
+            return True
+        self.skill.score(newest.t, newest.value, s.bucket_s / 2.0)
+        self.trend = self._fit()
+        self.skill.record(newest.t, self.candidate(s.skill_horizon_s), newest.value)
+        return True
+
+    def restart(self, since: float) -> None:
+        """Start the trend afresh from ``since`` (a load step at its time + the settling time)."""
+        self.window.reset()
+        self._since = since
+        self.trend = None
+        self.skill.drop_pending()
+
+    def _fit(self) -> Trend | None:
+        s = self.settings
+        points = self.window.buckets(self._since)
+        if len(points) < s.min_points:
+            return None
+        whole = theil_sen(points, self._z)
+        recent = theil_sen(points[len(points) // 2 :], self._z)
+        if whole is None or recent is None:
+            return whole
+        if recent.lo <= whole.slope <= recent.hi:
+            return whole
+        # The recent half says something else: a settled step or a stopped ramp is
+        # judged by its flat recent half; an accelerating rise keeps the (slower) whole.
+        return recent if abs(recent.slope) < abs(whole.slope) else whole
+
+    @property
+    def persistence(self) -> float | None:
+        """The last bucket mean (the persistence forecast at any horizon)."""
+        newest = self.window.newest
+        return newest.value if newest is not None else None
+
+    def candidate(self, horizon_s: float) -> float:
+        """The trend forecast at ``horizon_s`` whether trusted or not (persistence if no trend)."""
+        newest = self.window.newest
+        assert newest is not None
+        trend = self.trend
+        if trend is None or not trend.significant:
+            return newest.value
+        return self.project(newest.value, trend.slope, horizon_s)
+
+    def project(self, base: float, slope: float, horizon_s: float) -> float:
+        """``base`` moved along ``slope`` for ``horizon_s``, held at the floor."""
+        # Anchored at the last bucket, not at the fitted level: while a trend is
+        # still bending (an onset), the fit's level lags the data.
+        value = base + slope * horizon_s
+        if self.floor is not None and value < self.floor:
+            return max(value, min(base, self.floor))
+        return value
+
+    @property
+    def trusted(self) -> bool:
+        """A significant trend from a forecaster that has been beating persistence."""
+        return self.trend is not None and self.trend.significant and self.skill.trusted
+
+    def forecast(self, horizon_s: float, base: float | None = None) -> float | None:
+        """The value expected ``horizon_s`` after the last bucket (or after ``base``).
+
+        The trend if trusted, else persistence.
+        """
+        if base is None:
+            base = self.persistence
+        if base is None:
+            return None
+        if self.trusted:
+            assert self.trend is not None
+            return self.project(base, self.trend.slope, horizon_s)
+        return base
+
+    def time_to(self, threshold: float, *, falling: bool, at: float) -> TimeToThreshold | None:
+        """Time from ``at`` until the trusted trend reaches ``threshold``; None if untrusted."""
+        newest = self.window.newest
+        if not self.trusted or newest is None:
+            return None
+        assert self.trend is not None
+        level = newest.value + self.trend.slope * (at - newest.t)
+        return time_to_threshold(self.trend, level, threshold, falling=falling)

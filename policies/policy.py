@@ -1,0 +1,626 @@
+"""The predictive policy: readings in; per node an assessment, a verdict and maybe a decision.
+
+One :class:`Policy` evaluates the nodes of one or more racks. The daemon runs it
+for its own node (with the rack evidence its sources see); replay and scoring
+run it for every node of a trace. Pure and deterministic: no I/O, no clock, no
+logging; ``now`` (monotonic seconds, as readings are stamped) and ``wall`` (for
+the decision's timestamp) are arguments.
+
+Per GPU (thermal margin = slowdown temperature - temperature):
+
+* CRITICAL: margin at or under ``critical_margin_c``, or within ``shutdown_margin_c``
+  of the shutdown temperature.
+* WARNING: margin at or under ``enter_margin_c``; or a trusted trend (one that has
+  been beating persistence) makes the *earliest* plausible breach (the confidence
+  bound) come within the drain horizon (``lead_time_s x lead_margin``). A drain
+  must finish before the breach, so the early edge of the interval is the one
+  that counts.
+* UNKNOWN: temperature or slowdown threshold missing, stale or BAD.
+
+Per node, in order: a coolant leak, or a failing loop (pump stopped or flow
+lost, supply rising) with a GPU at or under the enter margin -> CRITICAL for the
+cooling loop; any CRITICAL GPU -> CRITICAL; any WARNING GPU -> WARNING; a rack
+peer out of service for a rack-wide cause -> WARNING (following it); any UNKNOWN
+GPU -> UNKNOWN; else OK. The domain comes from :mod:`policies.attribution`; the
+transition from :mod:`policies.rules`; the gates from :mod:`policies.safety`.
+
+Healthy (may resume): every GPU known, every margin at or above ``exit_margin_c``,
+no trusted forecast breach within twice the drain horizon, no originating rack
+peer still out for a rack-wide cause, and, for a node out for the rack or the
+loop, that evidence known and healthy again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from policies import gradient
+from policies.attribution import AirEvidence, LoopEvidence, attribute
+from policies.forecast import TimeToThreshold
+from policies.model import (
+    REASON_PREFIX,
+    Action,
+    Assessment,
+    Condition,
+    Decision,
+    FaultDomain,
+    Reading,
+    SensorKind,
+    idempotency_key,
+)
+from policies.rules import Gates, NodeState, Verdict, transition
+from policies.safety import (
+    RACK_DOMAINS,
+    BreakerState,
+    ClusterView,
+    OutOfService,
+    Overrides,
+    drain_withheld,
+    jitter_s,
+    resume_withheld,
+    update_breaker,
+)
+from policies.settings import PolicySettings
+from policies.tracking import GpuTracker, RackTracker, SlowSeries, Tracker, fresh
+
+_TRACKER_FIELDS = (
+    "trend_bucket_s",
+    "trend_window_s",
+    "trend_min_points",
+    "confidence",
+    "skill_horizon_s",
+    "skill_margin",
+    "max_gpu_rate_c_per_min",
+    "max_air_rate_c_per_min",
+    "load_step_fraction",
+    "load_settle_s",
+)
+_DOMAIN_WORDS = {
+    FaultDomain.GPU: "GPU",
+    FaultDomain.NODE: "node",
+    FaultDomain.RACK: "rack",
+    FaultDomain.COOLING_LOOP: "cooling loop",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One node's evaluation: the new state, what was seen, and the decision if any."""
+
+    state: NodeState
+    node: Assessment
+    gpus: tuple[Assessment, ...]
+    rack: Assessment | None
+    decision: Decision | None
+    note: str = ""  # why nothing happened when something might have (withheld, waiting)
+    critical: bool = False  # the decision is a critical exclusion
+    following: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Gpu:
+    """One GPU as the rules see it now."""
+
+    assessment: Assessment
+    margin: float | None
+    ttt: TimeToThreshold | None
+    fall_c_per_s: float | None  # trusted margin decline rate
+    predicted: bool  # WARNING from the forecast alone
+    at_risk: bool  # a forecast breach within twice the drain horizon
+
+
+@dataclass(frozen=True, slots=True)
+class _RackEvidence:
+    loop: LoopEvidence
+    air: AirEvidence
+    assessment: Assessment | None
+
+
+class Policy:
+    """The predictive policy over the nodes of some racks; feed readings, then evaluate."""
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        racks: Mapping[str, tuple[str, ...]],
+        *,
+        default_node: str | None = None,
+    ) -> None:
+        self._settings = settings
+        self.racks = {rack: tuple(nodes) for rack, nodes in racks.items()}
+        self.rack_of = {n: r for r, nodes in self.racks.items() for n in nodes}
+        self._default_node = default_node
+        self.tracker = Tracker(settings, self.racks, default_node=default_node)
+        self.states: dict[str, NodeState] = {n: NodeState() for n in self.rack_of}
+        self.breaker = BreakerState()
+
+    @property
+    def settings(self) -> PolicySettings:
+        """The settings in force."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, new: PolicySettings) -> None:
+        old = self._settings
+        self._settings = new
+        if any(getattr(old, f) != getattr(new, f) for f in _TRACKER_FIELDS):
+            # Windows and fits of another shape: start them afresh; states stay.
+            self.tracker = Tracker(new, self.racks, default_node=self._default_node)
+        else:
+            self.tracker.settings = new
+
+    def observe(self, readings: Iterable[Reading]) -> None:
+        """Take readings (repeats of a reading already seen change nothing)."""
+        self.tracker.observe(readings)
+
+    def restore(self, node: str, action: Action, now: float) -> None:
+        """Adopt a state decided earlier (e.g. across a restart)."""
+        old = self.states.get(node, NodeState())
+        self.states[node] = NodeState(action=action, since=now, epoch=old.epoch)
+
+    def evaluate(
+        self,
+        now: float,
+        wall: float,
+        view: ClusterView,
+        overrides: Overrides | None = None,
+        nodes: Iterable[str] | None = None,
+    ) -> dict[str, Outcome]:
+        """Evaluate ``nodes`` (default: all) at monotonic ``now``."""
+        o = overrides or Overrides()
+        s = self._settings
+        self.breaker = update_breaker(self.breaker, view, now, s, o)
+        wanted = list(self.rack_of) if nodes is None else list(nodes)
+        gpus = {n: self._gpus(n, now) for n in wanted}
+        margins: dict[str, dict[str, float]] = {rk: {} for rk in self.racks}
+        trouble: dict[str, int] = dict.fromkeys(self.racks, 0)
+        for n in wanted:
+            known = [g.margin for g in gpus[n] if g.margin is not None]
+            rack = self.rack_of[n]
+            if known:
+                margins[rack][n] = min(known)
+            if any(g.assessment.condition in _HOT for g in gpus[n]):
+                trouble[rack] += 1
+        evidence = {
+            rk: self._rack_evidence(rk, now, margins[rk])
+            for rk in {self.rack_of[n] for n in wanted}
+        }
+        out = {}
+        for n in wanted:
+            rack = self.rack_of[n]
+            out[n] = self._node(n, rack, gpus[n], evidence[rack], trouble[rack], now, wall, view, o)
+        return out
+
+    # -- GPUs ------------------------------------------------------------------
+
+    def _gpus(self, node: str, now: float) -> list[_Gpu]:
+        tracker = self.tracker.nodes.get(node)
+        if tracker is None:
+            return []
+        return [self._gpu(gpu, tracker.gpus[gpu], now) for gpu in sorted(tracker.gpus, key=_order)]
+
+    def _gpu(self, gpu: str, t: GpuTracker, now: float) -> _Gpu:
+        s = self._settings
+        subject = f"gpu{gpu}"
+        temp, why_t = fresh(t.temperature, now, s.stale_after_s)
+        slow, why_s = fresh(t.slowdown, now, s.stale_after_s)
+        if temp is None or slow is None:
+            detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
+            a = Assessment(subject, FaultDomain.GPU, Condition.UNKNOWN, now, detail=detail)
+            return _Gpu(a, None, None, None, False, False)
+        shut, _ = fresh(t.shutdown, now, s.stale_after_s)
+        margin = slow - temp
+        ttt = t.margin.time_to(s.critical_margin_c, falling=True, at=now)
+        trend = t.margin.trend if t.margin.trusted else None
+        fall = -trend.slope if trend is not None and trend.falling else None
+        early = ttt.early_s if ttt is not None else None
+        horizon = s.drain_horizon_s
+        predicted = early is not None and early <= horizon
+        at_risk = early is not None and early <= 2 * horizon
+        words = [f"{temp:.0f}C, {margin:.1f}C below slowdown {slow:.0f}C"]
+        if trend is not None:
+            words.append(f"{-trend.slope * 60:+.1f}C/min")
+        if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
+            late_w = _minutes(ttt.late_s) if ttt.late_s is not None else "never"
+            early_w = _minutes(ttt.early_s) if ttt.early_s is not None else "?"
+            band = f"{early_w} to {late_w} at {s.confidence:.0%}"
+            words.append(f"slowdown in ~{_minutes(ttt.point_s)} ({band})")
+        if margin <= s.critical_margin_c:
+            cond = Condition.CRITICAL
+        elif shut is not None and shut - temp <= s.shutdown_margin_c:
+            cond = Condition.CRITICAL
+            words.append(f"{shut - temp:.1f}C below shutdown {shut:.0f}C")
+        elif margin <= s.enter_margin_c or predicted:
+            cond = Condition.WARNING
+        else:
+            cond = Condition.OK
+        a = Assessment(
+            subject,
+            FaultDomain.GPU,
+            cond,
+            now,
+            value=temp,
+            unit="celsius",
+            threshold=slow,
+            trend_per_min=-trend.slope * 60 if trend is not None else None,
+            time_to_threshold_s=ttt.point_s if ttt is not None else None,
+            detail=", ".join(words),
+        )
+        only_forecast = cond is Condition.WARNING and margin > s.enter_margin_c
+        return _Gpu(a, margin, ttt, fall, only_forecast, at_risk)
+
+    # -- rack evidence -----------------------------------------------------------
+
+    def _rack_evidence(
+        self, rack: str, now: float, node_margins: Mapping[str, float]
+    ) -> _RackEvidence:
+        rt = self.tracker.rack[rack]
+        loop = self._loop(rt, now)
+        air, probes = self._air(rt, now)
+        supply = _first_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, self._settings)
+        ret = _first_fresh(rt, SensorKind.COOLANT_RETURN_TEMPERATURE, now, self._settings)
+        parts = []
+        grad = gradient.inlet_gradient(probes)
+        if grad is not None:
+            vertical = (
+                f", top-bottom {grad.vertical_c:+.1f}C" if grad.vertical_c is not None else ""
+            )
+            range_ = f"spread {grad.spread_c:.1f}C{vertical}"
+            parts.append(f"inlet {grad.hottest} {grad.hottest_c:.1f}C ({range_})")
+        delta_t = gradient.coolant_delta_t(supply, ret)
+        if delta_t is not None:
+            parts.append(f"coolant dT {delta_t:.1f}C")
+        spread = gradient.margin_spread(node_margins)
+        if spread is not None:
+            parts.append(f"GPU margin spread across nodes {spread:.1f}C")
+        if loop.detail:
+            parts.append(f"cooling loop: {loop.detail}")
+        if air.detail:
+            parts.append(air.detail)
+        if not (loop.monitored or air.monitored or spread is not None):
+            return _RackEvidence(loop, air, None)
+        if (loop.monitored and not loop.known) or (air.monitored and not air.known):
+            cond, domain = Condition.UNKNOWN, FaultDomain.NONE
+        elif loop.failing or loop.supply_rising:
+            cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+        elif air.rising:
+            cond, domain = Condition.WARNING, FaultDomain.RACK
+        else:
+            cond, domain = Condition.OK, FaultDomain.NONE
+        a = Assessment(
+            rack,
+            domain,
+            cond,
+            now,
+            value=supply,
+            unit="celsius" if supply is not None else "",
+            trend_per_min=loop.supply_rate_c_per_s * 60 if loop.supply_rate_c_per_s else None,
+            detail="; ".join(parts),
+        )
+        return _RackEvidence(loop, air, a)
+
+    def _loop(self, rt: RackTracker, now: float) -> LoopEvidence:
+        s = self._settings
+        stale = s.rack_stale_after_s
+        supplies = rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE]
+        flows = rt.slow[SensorKind.COOLANT_FLOW]
+        pumps = rt.state[SensorKind.PUMP_STATE]
+        leaks = rt.state[SensorKind.LEAK]
+        series: list[Reading | None] = [x.latest for x in (*supplies.values(), *flows.values())]
+        series += [*pumps.values(), *leaks.values()]
+        series += [x.latest for x in rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE].values()]
+        if not series:
+            return LoopEvidence()
+        known = all(fresh(r, now, stale)[0] is not None for r in series)
+        words = []
+        leak = any((fresh(r, now, stale)[0] or 0.0) >= 0.5 for r in leaks.values())
+        if leak:
+            words.append("leak")
+        stopped = any(
+            (v := fresh(r, now, stale)[0]) is not None and v < 0.5 for r in pumps.values()
+        )
+        if stopped:
+            words.append("pump stopped")
+        low_flow = False
+        for f in flows.values():
+            v, _ = fresh(f.latest, now, stale)
+            if v is not None and f.highest and v < s.flow_low_fraction * f.highest:
+                low_flow = True
+                words.append(f"flow {v:.1f} ({v / f.highest:.0%} of its highest, {f.highest:.1f})")
+        rising = False
+        rate: float | None = None
+        for sup in supplies.values():
+            v, _ = fresh(sup.latest, now, stale)
+            lowest = sup.window_min()
+            if v is not None and lowest is not None and v - lowest >= s.supply_rise_c:
+                rising = True
+                words.append(f"supply {v:.1f}C, +{v - lowest:.1f}C in the window")
+            r = _rising_rate(sup)
+            if r is not None:
+                rising = True
+                rate = r if rate is None else max(rate, r)
+                words.append(f"supply rising {r * 60:+.2f}C/min")
+        if not known:
+            words.append("some coolant series stale or BAD")
+        return LoopEvidence(True, known, leak, stopped or low_flow, rising, rate, ", ".join(words))
+
+    def _air(self, rt: RackTracker, now: float) -> tuple[AirEvidence, dict[str, float]]:
+        stale = self._settings.rack_stale_after_s
+        inlets = rt.slow[SensorKind.INLET_TEMPERATURE]
+        if not inlets:
+            return AirEvidence(), {}
+        probes: dict[str, float] = {}
+        known = True
+        rate: float | None = None
+        words = []
+        for key, series in sorted(inlets.items()):
+            v, _ = fresh(series.latest, now, stale)
+            if v is None:
+                known = False
+                continue
+            assert series.latest is not None
+            probes[series.latest.labels.get("probe", key)] = v
+            r = _rising_rate(series)
+            if r is not None and (rate is None or r > rate):
+                rate = r
+        if rate is not None:
+            words.append(f"inlet air rising {rate * 60:+.2f}C/min")
+        if not known:
+            words.append("some inlet probes stale or BAD")
+        return AirEvidence(True, known, rate, ", ".join(words)), probes
+
+    # -- one node ------------------------------------------------------------------
+
+    def _node(
+        self,
+        node: str,
+        rack: str,
+        gpus: list[_Gpu],
+        ev: _RackEvidence,
+        rack_trouble: int,
+        now: float,
+        wall: float,
+        view: ClusterView,
+        o: Overrides,
+    ) -> Outcome:
+        s = self._settings
+        state = self.states.get(node, NodeState())
+        verdict, hot = self._verdict(node, rack, state, gpus, ev, rack_trouble, view)
+        pin = o.pins.get(node)
+        gates = Gates(
+            pin=pin,
+            drain_withheld=drain_withheld(node, rack, verdict.domain, view, s, self.breaker, o)
+            if verdict.condition is Condition.WARNING and state.action is Action.RESUME
+            else "",
+            resume_withheld=resume_withheld(node, rack, now, view, s),
+            jitter_s=jitter_s(node, s),
+        )
+        new_state, step, note = transition(state, verdict, gates, now, s)
+        self.states[node] = new_state
+        node_a = Assessment(
+            node,
+            verdict.domain,
+            verdict.condition,
+            now,
+            value=hot.assessment.value if hot else None,
+            unit=hot.assessment.unit if hot else "",
+            threshold=hot.assessment.threshold if hot else None,
+            trend_per_min=hot.assessment.trend_per_min if hot else None,
+            time_to_threshold_s=hot.assessment.time_to_threshold_s if hot else None,
+            detail=_node_detail(verdict, hot, gpus, note),
+        )
+        decision = None
+        if step is not None:
+            evidence = [node_a, *(g.assessment for g in gpus if g.assessment.condition in _SHOWN)]
+            if ev.assessment is not None:
+                evidence.append(ev.assessment)
+            decision = Decision(
+                node=node,
+                action=step.action,
+                reason=step.reason,
+                domain=step.domain,
+                at=wall,
+                key=idempotency_key(node, step.action, new_state.epoch),
+                evidence=tuple(evidence),
+                dry_run=s.dry_run,
+            )
+        return Outcome(
+            new_state,
+            node_a,
+            tuple(g.assessment for g in gpus),
+            ev.assessment,
+            decision,
+            note,
+            critical=step.critical if step is not None else False,
+            following=new_state.following if step is not None else "",
+        )
+
+    def _verdict(
+        self,
+        node: str,
+        rack: str,
+        state: NodeState,
+        gpus: list[_Gpu],
+        ev: _RackEvidence,
+        rack_trouble: int,
+        view: ClusterView,
+    ) -> tuple[Verdict, _Gpu | None]:
+        s = self._settings
+        loop, air = ev.loop, ev.air
+        known = [g for g in gpus if g.margin is not None]
+        unknown = [g for g in gpus if g.margin is None]
+        critical = [g for g in known if g.assessment.condition is Condition.CRITICAL]
+        warning = [g for g in known if g.assessment.condition in _HOT]
+        leaders = _leaders(view, node, rack)
+        healthy = self._healthy(state, gpus, unknown, loop, air, leaders)
+        fall = max((g.fall_c_per_s for g in warning if g.fall_c_per_s), default=None)
+        # GPUs heading the same way count toward a node-wide cause, not only those
+        # already at the drain line (in a chiller loss all of them are a minute apart).
+        affected = [g for g in known if g.assessment.condition in _HOT or g.at_risk]
+        domain, why = attribute(
+            hot_gpus=len(affected),
+            loop=loop,
+            air=air,
+            margin_fall_c_per_s=fall,
+            rack_nodes_in_trouble=rack_trouble,
+        )
+        near = [g for g in known if g.margin is not None and g.margin <= s.enter_margin_c]
+        # A leak, or a failing loop whose heat has reached this node's GPUs: exclude now.
+        if loop.known and loop.leak:
+            reason = f"{REASON_PREFIX} coolant leak in the cooling loop of {rack}"
+            verdict = Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
+            return verdict, _worst(near or known)
+        if loop.known and loop.failing and loop.supply_rising and near:
+            hot = _worst(near)
+            assert hot is not None
+            reason = (
+                f"{REASON_PREFIX} cooling loop failing ({loop.detail}): "
+                f"{_temp_words(hot)} near slowdown {hot.assessment.threshold:.0f}C"
+            )
+            return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason), hot
+        if critical:
+            hot = _worst(critical)
+            assert hot is not None
+            return Verdict(
+                Condition.CRITICAL, False, domain, _reason(hot, len(warning), domain, why, s)
+            ), hot
+        if warning:
+            hot = _worst([g for g in warning if not g.predicted] or warning)
+            assert hot is not None
+            return Verdict(
+                Condition.WARNING, False, domain, _reason(hot, len(warning), domain, why, s)
+            ), hot
+        # Follow a rack-wide drain that began after this node last came back (a node
+        # that resumed on its own evidence does not re-follow what it already saw).
+        since = state.since if state.since is not None else float("-inf")
+        follow = [x for x in leaders if x.since >= since] if state.action is Action.RESUME else []
+        if state.following and leaders:
+            follow = leaders
+        if follow:
+            lead = follow[0]
+            words = _DOMAIN_WORDS[lead.domain]
+            reason = f"{REASON_PREFIX} {words} event in {rack} (following {lead.node})"
+            return Verdict(Condition.WARNING, False, lead.domain, reason, lead.node), _worst(known)
+        if unknown or not gpus:
+            return Verdict(Condition.UNKNOWN, False), None
+        cond = Condition.OK if healthy or state.action is Action.RESUME else Condition.WARNING
+        return Verdict(
+            cond, healthy, state.domain if cond is Condition.WARNING else domain
+        ), _worst(known)
+
+    def _healthy(
+        self,
+        state: NodeState,
+        gpus: list[_Gpu],
+        unknown: list[_Gpu],
+        loop: LoopEvidence,
+        air: AirEvidence,
+        leaders: list[OutOfService],
+    ) -> bool:
+        s = self._settings
+        if not gpus or unknown or (state.following and leaders):
+            return False
+        for g in gpus:
+            if g.margin is None or g.margin < s.exit_margin_c or g.at_risk:
+                return False
+        if state.domain is FaultDomain.COOLING_LOOP and loop.monitored and not loop.healthy:
+            return False
+        return not (state.domain is FaultDomain.RACK and air.monitored and not air.healthy)
+
+
+_HOT = (Condition.WARNING, Condition.CRITICAL)
+_SHOWN = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
+
+
+def _order(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f}s"
+
+
+def _worst(gpus: list[_Gpu]) -> _Gpu | None:
+    """The GPU with the smallest margin (ties: the lower index, as listed)."""
+    best: _Gpu | None = None
+    for g in gpus:
+        if g.margin is not None and (best is None or best.margin is None or g.margin < best.margin):
+            best = g
+    return best
+
+
+def _temp_words(g: _Gpu) -> str:
+    a = g.assessment
+    assert a.value is not None
+    return f"{a.subject} {a.value:.0f}C"
+
+
+def _reason(g: _Gpu, hot_gpus: int, domain: FaultDomain, why: str, s: PolicySettings) -> str:
+    a = g.assessment
+    assert a.value is not None and a.threshold is not None and g.margin is not None
+    others = hot_gpus - 1
+    more = f" (+{others} more GPU{'s' if others > 1 else ''})" if others else ""
+    if a.condition is Condition.CRITICAL:
+        if g.margin <= s.critical_margin_c:
+            what = f"at or above slowdown {a.threshold:.0f}C"
+        else:
+            what = f"near shutdown ({a.detail.rsplit(', ', 1)[-1]})"
+        text = f"{REASON_PREFIX} {_temp_words(g)} {what}{more}"
+    elif g.predicted and g.ttt is not None and g.ttt.point_s is not None:
+        rate = f"{a.trend_per_min:+.1f}C/min" if a.trend_per_min is not None else "rising"
+        text = (
+            f"{REASON_PREFIX} {_temp_words(g)}, {rate}: near slowdown {a.threshold:.0f}C "
+            f"in ~{_minutes(g.ttt.point_s)}{more}"
+        )
+    else:
+        text = f"{REASON_PREFIX} {_temp_words(g)} near slowdown {a.threshold:.0f}C{more}"
+    if domain in (FaultDomain.COOLING_LOOP, FaultDomain.RACK) and why:
+        text += f"; {_DOMAIN_WORDS[domain]}: {why}"
+    return text
+
+
+def _leaders(view: ClusterView, node: str, rack: str) -> list[OutOfService]:
+    """Rack peers out of service for a rack-wide cause on their own evidence."""
+    return sorted(
+        (
+            o
+            for o in view.out.values()
+            if o.rack == rack and o.node != node and o.domain in RACK_DOMAINS and not o.following
+        ),
+        key=lambda o: (o.since, o.node),
+    )
+
+
+def _rising_rate(series: SlowSeries) -> float | None:
+    f = series.forecaster
+    if f.trusted and f.trend is not None and f.trend.rising:
+        return f.trend.slope
+    return None
+
+
+def _first_fresh(rt: RackTracker, kind: SensorKind, now: float, s: PolicySettings) -> float | None:
+    """The highest fresh value of a kind (the worst of several supplies or returns)."""
+    values = [
+        v
+        for series in rt.slow[kind].values()
+        if (v := fresh(series.latest, now, s.rack_stale_after_s)[0]) is not None
+    ]
+    return max(values) if values else None
+
+
+def _node_detail(v: Verdict, hot: _Gpu | None, gpus: list[_Gpu], note: str) -> str:
+    if v.condition is Condition.UNKNOWN:
+        unknown = [
+            f"{g.assessment.subject}: {g.assessment.detail}" for g in gpus if g.margin is None
+        ]
+        text = "; ".join(unknown) or "no GPU readings"
+    elif v.following:
+        text = v.reason.removeprefix(REASON_PREFIX).strip()
+    elif hot is not None:
+        text = f"{hot.assessment.subject}: {hot.assessment.detail}"
+    else:
+        text = ""
+    if note:
+        text = f"{text} [{note}]" if text else note
+    return text

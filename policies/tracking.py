@@ -1,0 +1,221 @@
+"""What the policy remembers per series: the latest reading, and a forecaster for slow ones.
+
+Readings are routed by kind: ``gpu_*`` kinds belong to a node (label ``node``,
+else the tracker's default node), everything else (inlet air, PDU, coolant) to a
+rack (label ``rack``, else the rack of the node label, else the default rack).
+Feeding the same reading twice changes nothing, so a caller may pass every
+latest reading on every evaluation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from policies.forecast import SeriesForecaster
+from policies.model import Reading, SensorKind
+from policies.settings import PolicySettings
+from policies.window import BucketWindow
+
+_NOMINAL_POWER_LIMIT_W = 500.0  # load-step scale when a GPU reports no power limit
+
+
+_GPU_KINDS = frozenset(k for k in SensorKind if k.value.startswith("gpu_"))
+
+
+def gpu_kind(kind: SensorKind) -> bool:
+    """True for the kinds that belong to one GPU of one node."""
+    return kind in _GPU_KINDS
+
+
+def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | None, str]:
+    """The value of a reading a policy may act on now, or None and why not."""
+    if r is None:
+        return None, "no reading"
+    if not r.usable or r.value is None:
+        return None, f"{r.quality.value}: {r.reason}"
+    age = now - r.mono
+    if age > stale_after_s:
+        return None, f"stale ({age:.0f}s old)"
+    return r.value, ""
+
+
+class GpuTracker:
+    """One GPU: its latest readings, its thermal-margin forecaster and load-step detection."""
+
+    __slots__ = (
+        "_power",
+        "_power_ref",
+        "_settings",
+        "limit",
+        "load_steps",
+        "margin",
+        "power",
+        "shutdown",
+        "slowdown",
+        "step_times",
+        "temperature",
+    )
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self._settings = settings
+        self.temperature: Reading | None = None
+        self.slowdown: Reading | None = None
+        self.shutdown: Reading | None = None
+        self.power: Reading | None = None
+        self.limit: Reading | None = None
+        self.margin = SeriesForecaster(
+            settings.trend(settings.max_gpu_rate_c_per_min), floor=settings.critical_margin_c
+        )
+        self._power = BucketWindow(settings.trend_bucket_s, 2 * settings.trend_bucket_s)
+        self._power_ref: float | None = None
+        self.load_steps = 0
+        self.step_times: deque[float] = deque(maxlen=16)  # recent load steps (bucket times)
+
+    def observe(self, r: Reading) -> None:
+        """Take one reading of this GPU."""
+        kind = r.kind
+        if kind is SensorKind.GPU_TEMPERATURE:
+            self.temperature = r
+            slow = self.slowdown
+            if r.usable and slow is not None and slow.usable:
+                assert r.value is not None and slow.value is not None
+                self.margin.add(r.mono, slow.value - r.value)
+        elif kind is SensorKind.GPU_SLOWDOWN_THRESHOLD:
+            self.slowdown = r
+        elif kind is SensorKind.GPU_SHUTDOWN_THRESHOLD:
+            self.shutdown = r
+        elif kind is SensorKind.GPU_POWER:
+            self.power = r
+            if r.usable and r.value is not None and self._power.add(r.mono, r.value):
+                self._check_load_step()
+        elif kind is SensorKind.GPU_POWER_LIMIT:
+            self.limit = r
+
+    def _check_load_step(self) -> None:
+        bucket = self._power.newest
+        assert bucket is not None
+        ref = self._power_ref
+        self._power_ref = bucket.value
+        if ref is None:
+            return
+        limit = self.limit.value if self.limit is not None and self.limit.usable else None
+        step = self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
+        if abs(bucket.value - ref) > step:
+            # A job started, stopped or was capped: the temperature follows the load
+            # for a while. That is load, not a thermal trend: fit afresh once it settles.
+            self.load_steps += 1
+            self.step_times.append(bucket.t)
+            self.margin.restart(bucket.t + self._settings.load_settle_s)
+
+
+@dataclass
+class NodeTracker:
+    """The GPUs of one node, by GPU index label."""
+
+    gpus: dict[str, GpuTracker] = field(default_factory=dict)
+
+
+class SlowSeries:
+    """A rack-level slow series: latest reading, forecaster, and a plain window for its range."""
+
+    __slots__ = ("forecaster", "highest", "latest", "raw")
+
+    def __init__(self, settings: PolicySettings, max_rate_per_min: float | None) -> None:
+        self.latest: Reading | None = None
+        self.forecaster = SeriesForecaster(settings.trend(max_rate_per_min))
+        # Never restarted, so the range over the window survives fast changes.
+        self.raw = BucketWindow(settings.trend_bucket_s, settings.trend_window_s)
+        self.highest: float | None = None
+
+    def observe(self, r: Reading) -> None:
+        """Take one reading of this series."""
+        self.latest = r
+        if r.usable and r.value is not None:
+            self.forecaster.add(r.mono, r.value)
+            self.raw.add(r.mono, r.value)
+            self.highest = r.value if self.highest is None else max(self.highest, r.value)
+
+    def window_min(self) -> float | None:
+        """The lowest bucket mean in the window."""
+        buckets = self.raw.buckets()
+        return min(b.value for b in buckets) if buckets else None
+
+
+# Rack-level kinds the policy forecasts.
+_SLOW_RACK_KINDS = (
+    SensorKind.INLET_TEMPERATURE,
+    SensorKind.COOLANT_SUPPLY_TEMPERATURE,
+    SensorKind.COOLANT_RETURN_TEMPERATURE,
+    SensorKind.COOLANT_FLOW,
+)
+# Rack-level kinds the policy only needs the latest value of.
+_STATE_RACK_KINDS = (
+    SensorKind.PUMP_STATE,
+    SensorKind.LEAK,
+    SensorKind.POWER,
+)
+
+
+class RackTracker:
+    """The shared evidence of one rack: inlet air, coolant and PDU, per series."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self._settings = settings
+        self.slow: dict[SensorKind, dict[str, SlowSeries]] = {k: {} for k in _SLOW_RACK_KINDS}
+        self.state: dict[SensorKind, dict[str, Reading]] = {k: {} for k in _STATE_RACK_KINDS}
+
+    def observe(self, r: Reading) -> None:
+        """Take one rack-level reading; kinds the policy does not use are ignored."""
+        by_key = self.slow.get(r.kind)
+        if by_key is not None:
+            series = by_key.get(r.key)
+            if series is None:
+                s = self._settings
+                rate = None if r.kind is SensorKind.COOLANT_FLOW else s.max_air_rate_c_per_min
+                series = by_key[r.key] = SlowSeries(s, rate)
+            series.observe(r)
+            return
+        latest = self.state.get(r.kind)
+        if latest is not None:
+            latest[r.key] = r
+
+
+class Tracker:
+    """Every node's GPUs and every rack's evidence, fed with readings."""
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        racks: Mapping[str, tuple[str, ...]],
+        *,
+        default_node: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.racks = dict(racks)
+        self.rack_of = {node: rack for rack, nodes in racks.items() for node in nodes}
+        self.default_node = default_node
+        self.nodes: dict[str, NodeTracker] = {n: NodeTracker() for n in self.rack_of}
+        self.rack: dict[str, RackTracker] = {rk: RackTracker(settings) for rk in racks}
+
+    def observe(self, readings: Iterable[Reading]) -> None:
+        """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
+        for r in readings:
+            node = r.labels.get("node") or self.default_node
+            if gpu_kind(r.kind):
+                gpu = r.labels.get("gpu")
+                tracker = self.nodes.get(node) if node is not None else None
+                if gpu is None or tracker is None:
+                    continue
+                g = tracker.gpus.get(gpu)
+                if g is None:
+                    g = tracker.gpus[gpu] = GpuTracker(self.settings)
+                g.observe(r)
+                continue
+            rack = r.labels.get("rack") or (self.rack_of.get(node) if node else None)
+            if rack is None and len(self.rack) == 1:
+                rack = next(iter(self.rack))
+            rt = self.rack.get(rack) if rack is not None else None
+            if rt is not None:
+                rt.observe(r)

@@ -1,0 +1,115 @@
+"""Rolling windows: bucket means over a sliding time span, O(1) per sample, bounded memory.
+
+A series sampled at 1 Hz for ten minutes would be 600 floats to fit a trend on;
+the policies fit on bucket means instead (e.g. 10 s buckets: 30 points for five
+minutes), which also averages the sensor noise. Buckets sit on a fixed grid
+(``floor(t / bucket_s)``) so the same samples always give the same buckets,
+however often the window is read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """The samples of one grid cell: their mean time, mean value, count and range."""
+
+    t: float
+    value: float
+    n: int
+    lo: float
+    hi: float
+
+
+class BucketWindow:
+    """Closed buckets of the last ``span_s`` seconds plus the one being filled.
+
+    ``add`` is O(1); at most ``ceil(span_s / bucket_s) + 1`` buckets are kept.
+    Samples at or before the last one added are ignored (a poller re-reporting
+    the same reading, or one out of order).
+    """
+
+    __slots__ = (
+        "_closed",
+        "_hi",
+        "_lo",
+        "_n",
+        "_sum_t",
+        "_sum_v",
+        "bucket_s",
+        "closes",
+        "last_t",
+        "last_value",
+        "span_s",
+    )
+
+    def __init__(self, bucket_s: float, span_s: float) -> None:
+        if bucket_s <= 0 or span_s < bucket_s:
+            raise ValueError(f"need 0 < bucket_s <= span_s, got {bucket_s}, {span_s}")
+        self.bucket_s = bucket_s
+        self.span_s = span_s
+        self._closed: deque[Bucket] = deque(maxlen=math.ceil(span_s / bucket_s) + 1)
+        self._n = 0
+        self._sum_t = 0.0
+        self._sum_v = 0.0
+        self._lo = math.inf
+        self._hi = -math.inf
+        self.last_t: float | None = None
+        self.last_value: float | None = None
+        self.closes = 0  # buckets closed so far: a version number for cached fits
+
+    def _cell(self, t: float) -> int:
+        return math.floor(t / self.bucket_s)
+
+    def add(self, t: float, value: float) -> bool:
+        """Add one sample; True when it closed the bucket before it."""
+        last = self.last_t
+        if last is not None and t <= last:
+            return False
+        closed = False
+        if last is not None and self._n and self._cell(t) != self._cell(last):
+            self._close()
+            closed = True
+        self._n += 1
+        self._sum_t += t
+        self._sum_v += value
+        self._lo = min(self._lo, value)
+        self._hi = max(self._hi, value)
+        self.last_t = t
+        self.last_value = value
+        return closed
+
+    def _close(self) -> None:
+        n = self._n
+        self._closed.append(Bucket(self._sum_t / n, self._sum_v / n, n, self._lo, self._hi))
+        self.closes += 1
+        self._n = 0
+        self._sum_t = self._sum_v = 0.0
+        self._lo, self._hi = math.inf, -math.inf
+
+    def buckets(self, since: float = -math.inf) -> list[Bucket]:
+        """Closed buckets within ``span_s`` of the newest one and not older than ``since``."""
+        if not self._closed:
+            return []
+        start = max(since, self._closed[-1].t - self.span_s)
+        return [b for b in self._closed if b.t >= start]
+
+    @property
+    def newest(self) -> Bucket | None:
+        """The most recently closed bucket."""
+        return self._closed[-1] if self._closed else None
+
+    def reset(self) -> None:
+        """Forget every sample (e.g. after a load step: the old regime is not this one)."""
+        self._closed.clear()
+        self._n = 0
+        self._sum_t = self._sum_v = 0.0
+        self._lo, self._hi = math.inf, -math.inf
+        # last_t stays: samples must still move forward in time.
+
+    def __len__(self) -> int:
+        return len(self._closed)
