@@ -9,29 +9,34 @@ import random
 import signal
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.base import ReadableSink
+from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.api import make_app
-from daemon.config import Config, ConfigError, load_config
+from daemon.config import Config, ConfigError, load_config, read_secret
 from daemon.config_policy import policy_settings
 from daemon.engine import PolicyEngine
+from daemon.events import EventHub
 from daemon.logs import setup_logging
 from daemon.metrics import Metrics
 from daemon.notify import Notifier
-from daemon.outbox import MEMORY, Outbox, OutboxBusy
+from daemon.outbox import MEMORY, Outbox, OutboxBusy, Status
+from daemon.overrides import OverrideRequest, OverrideStore
 from daemon.reconcile import Reconciler
 from daemon.runner import SourceRunner
 from daemon.sinks import build_sink
 from daemon.sources import build_adapter
 from daemon.state import StateStore
-from policies.model import Action, Decision
+from daemon.trace_recorder import TraceRecorder
+from policies.model import Action, Decision, Reading
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,7 @@ class Daemon:
     """Wires config, adapters, policy, delivery and API together.
 
     ``adapters`` and ``sink`` may be injected (the demo and tests pass adapters
-    bound to fakes); otherwise they are built from the config. ``config_path``
+    bound to fakes); configured sources not injected are built from the config. ``config_path``
     is re-read on SIGHUP.
     """
 
@@ -70,10 +75,24 @@ class Daemon:
         self._rng = rng or random.Random()
         self.notifier = notifier or Notifier()
         self.store = StateStore()
+        self.recorder = (
+            TraceRecorder(
+                Path(config.policy.record_trace),
+                config.node.name,
+                config.node.rack,
+                max_bytes=int(config.policy.record_max_mb * 2**20),
+            )
+            if config.policy.record_trace
+            else None
+        )
         self.metrics = Metrics(self)
-        if adapters is None:
-            adapters = {name: build_adapter(name, cfg) for name, cfg in config.sources.items()}
-        self.runners = [self._runner(adapter) for adapter in adapters.values()]
+        # Injected adapters stand in for the configured sources of the same name;
+        # every other configured source is built from the config.
+        built = dict(adapters or {})
+        for name, cfg in config.sources.items():
+            if name not in built:
+                built[name] = build_adapter(name, cfg)
+        self.runners = [self._runner(adapter) for adapter in built.values()]
         if sink is None and config.scheduler is not None:
             try:
                 sink = build_sink(config.scheduler)
@@ -99,13 +118,22 @@ class Daemon:
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
             self.reconciler = Reconciler(self.delivery, sink, interval_s=sched.reconcile_interval_s)
         self.engine = PolicyEngine(
-            config.node.name, policy_settings(config.policy), self.store, self._on_decision
+            config.node.name,
+            policy_settings(config.policy),
+            self.store,
+            self._on_decision,
+            rack=config.node.rack,
         )
         # After a restart, the policy starts from what it last asked for: a node
         # drained before the restart is resumed by the rule, not forgotten.
         intent = self.delivery.intents().get(config.node.name)
         if intent is not None and intent.action is not Action.RESUME:
             self.engine.restore(intent.action, time.monotonic())
+        self.delivery.on_settled = self._on_settled
+        self.events = EventHub()
+        self.overrides = OverrideStore(self.delivery.db)
+        self.engine.overrides = self.overrides.to_policy()
+        self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
         self._stop = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self._runner_tasks: dict[str, asyncio.Task[None]] = {}
@@ -116,12 +144,44 @@ class Daemon:
     def _runner(self, adapter: SensorAdapter) -> SourceRunner:
         timing = self.config.sources[adapter.name].timing
         return SourceRunner(
-            adapter, timing, self.store.update, rng=self._rng, on_attempt=self.metrics.observe_poll
+            adapter, timing, self._on_readings, rng=self._rng, on_attempt=self.metrics.observe_poll
         )
+
+    def _on_readings(self, source: str, readings: Sequence[Reading]) -> None:
+        self.store.update(source, readings)
+        if self.recorder is not None:
+            self.recorder.record(source, readings)
 
     def _on_decision(self, decision: Decision) -> None:
         self.metrics.count_decision(decision)
         self.delivery.submit(decision)
+        self.events.publish("decision", decision_to_dict(decision))
+
+    def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
+        self.events.publish(
+            "delivery",
+            {
+                "node": decision.node,
+                "action": decision.action.value,
+                "key": decision.key,
+                "status": status.value,
+                "outcome": outcome,
+            },
+        )
+
+    def apply_override(self, req: OverrideRequest) -> dict[str, Any]:
+        """Apply an operator override (validated by the API), audit it and tell the policy."""
+        entry = self.overrides.apply(req)
+        self.engine.overrides = self.overrides.to_policy()
+        log.warning(
+            "override by %s: %s%s (%s)",
+            req.actor,
+            req.action,
+            f" {req.node} {req.pin.value if req.pin else ''}".rstrip() if req.node else "",
+            req.reason,
+        )
+        self.events.publish("override", entry)
+        return entry
 
     def stop(self) -> None:
         """Ask the daemon to stop; run() returns within a few seconds."""
@@ -150,7 +210,9 @@ class Daemon:
         if handle_signals:
             for sig in signals:
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        api = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
+        api = web.AppRunner(
+            make_app(self), access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE_S / 2
+        )
         await api.setup()
         try:
             site = web.TCPSite(api, self.config.api.listen, self.config.api.port)
@@ -175,6 +237,7 @@ class Daemon:
                         tg.create_task(self.reconciler.run(), name="reconcile")
                     tg.create_task(self._mark_ready(), name="ready")
                     tg.create_task(self._report_status(), name="status")
+                    tg.create_task(self._publish_assessments(), name="assessments")
                     if self.notifier.watchdog_s:
                         tg.create_task(self._watchdog(self.notifier.watchdog_s), name="watchdog")
                     tg.create_task(self._wait_stop(), name="stop")
@@ -291,6 +354,20 @@ class Daemon:
             self.notifier.status(self._status_line())
             await asyncio.sleep(STATUS_INTERVAL_S)
 
+    async def _publish_assessments(self) -> None:
+        # Assessments go to /v1/events when they change, not every evaluation.
+        last: tuple[object, ...] | None = None
+        while True:
+            outcome = self.engine.last
+            if outcome is not None:
+                a = outcome.node
+                ttt = None if a.time_to_threshold_s is None else round(a.time_to_threshold_s, -1)
+                key = (a.condition, a.domain, ttt, a.detail)
+                if key != last:
+                    last = key
+                    self.events.publish("assessment", assessment_to_dict(a))
+            await asyncio.sleep(self.config.policy.evaluate_interval_s)
+
     async def _watchdog(self, watchdog_s: float) -> None:
         # Pinged from the event loop itself: a blocked loop stops the pings and
         # systemd restarts the service.
@@ -300,6 +377,7 @@ class Daemon:
 
     async def _shutdown(self, api: web.AppRunner) -> None:
         self.notifier.stopping()
+        self.events.close()  # SSE handlers return, so the API can close at once
         pending = self.delivery.pending()
         if pending:
             log.warning(
@@ -313,5 +391,7 @@ class Daemon:
                 if self.sink is not None:
                     await self.sink.close()
         self.delivery.close()
+        if self.recorder is not None:
+            self.recorder.close()
         self.notifier.close()
         log.info("%s: stopped", self.config.node.name)

@@ -16,7 +16,7 @@ from daemon.config_policy import PolicyConfig
 from daemon.config_scheduler import SchedulerConfig, WebhookSchedulerConfig
 from daemon.config_snmp import SnmpSourceConfig
 from daemon.config_sources import NvmlSourceConfig
-from daemon.secrets import read_secret
+from daemon.secrets import read_secret, resolve_secret, secret_problem
 from daemon.typed_toml import ConfigError, bounded, load_typed
 
 # One arm per source type (the `type` key picks it); add new types here.
@@ -71,6 +71,15 @@ class ApiConfig:
 
     listen: str = "127.0.0.1"
     port: int = bounded(9470, ge=0, le=65535)
+    # Bearer token for POST /v1/overrides; unset disables the mutating endpoints.
+    token_file: Path | None = None
+
+    def validate(self) -> Problems:
+        """The token file must be readable when set."""
+        if self.token_file is not None:
+            problem = secret_problem(resolve_secret(self.token_file))
+            if problem:
+                yield "token_file", problem
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,6 +249,20 @@ class Outbox:
 
     # ------------------------------------------------------------------ queries
 
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for tables kept beside the decisions (overrides, audit)."""
+        return self._db
+
+    def writable(self) -> tuple[bool, str]:
+        """Whether a write transaction can start now (for readiness checks)."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error as err:
+            return False, str(err)
+        return True, ""
+
     def _count(self, status: Status) -> int:
         (n,) = self._db.execute(
             "SELECT COUNT(*) FROM decisions WHERE status = ?", (status,)

@@ -17,13 +17,23 @@ from fakes.scheduler import FakeWebhookScheduler
 from tests.conftest import WEBHOOK_SECRET as SECRET
 
 
-def config_text(url: str, secret: Path, *, port: int = 0, binding: str = "pynvml") -> str:
+def config_text(
+    url: str,
+    secret: Path,
+    *,
+    port: int = 0,
+    binding: str = "pynvml",
+    api_extra: str = "",
+    scheduler_extra: str = "",
+) -> str:
+    """A fast-polling config for one node; extra lines go into [api] and [scheduler]."""
     return f"""
 [node]
 name = "gpu-node-07"
 rack = "rack-b"
 [api]
 port = {port}
+{api_extra}
 [sources.gpus]
 type = "nvml"
 interval_s = 0.05
@@ -42,15 +52,22 @@ url = "{url}"
 secret_file = "{secret}"
 retry_initial_s = 0.05
 retry_max_s = 0.1
+{scheduler_extra}
 """
 
 
 @contextlib.asynccontextmanager
 async def running_daemon(
-    nvml: FakeNvml, receiver: FakeWebhookScheduler, secret: Path
+    nvml: FakeNvml,
+    receiver: FakeWebhookScheduler,
+    secret: Path,
+    *,
+    api_extra: str = "",
+    scheduler_extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """A daemon on the fake node, delivering to the receiver; ready when yielded."""
-    cfg = parse_config(config_text(receiver.url, secret))
+    text = config_text(receiver.url, secret, api_extra=api_extra, scheduler_extra=scheduler_extra)
+    cfg = parse_config(text)
     daemon = Daemon(
         cfg, adapters={"gpus": NvmlAdapter("gpus", nvml)}, sink=WebhookSink(receiver.url, SECRET)
     )
