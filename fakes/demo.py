@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections import deque
@@ -25,9 +26,11 @@ from adapters.schedulers.webhook import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.app import Daemon
 from daemon.config import Config, parse_config
+from fakes.cdu_server import FakeCduServer
 from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler, Received
 from fakes.sim import RackSnapshot, SimulatedRack
+from fakes.snmp_agent import SimulatedPdu
 from policies.model import Condition
 
 SIM_POLL_S = 1.0  # each agent polls its GPUs once per simulated second
@@ -55,6 +58,8 @@ class DemoResult:
     decisions: list[DemoDecision] = field(default_factory=list)
     first_crossing: tuple[float, str, int] | None = None  # (t, node, gpu) at slowdown
     final_state: dict[str, str] = field(default_factory=dict)
+    # Per node, each source's health at the end of the run.
+    source_health: dict[str, dict[str, str]] = field(default_factory=dict)
     expected_drained: tuple[str, ...] = ()
 
     def first_action(self, node: str) -> DemoDecision | None:
@@ -77,9 +82,60 @@ class DemoResult:
         return all(f is not None and f.t <= self.first_crossing[0] for f in firsts)
 
 
-def daemon_config(node: str, rack: str, url: str, secret: Path, speed: float) -> Config:
+@dataclass(frozen=True, slots=True)
+class RackFakes:
+    """Where the rack's fake PDU (SNMP) and CDU (OPC-UA) listen, for the agents' configs."""
+
+    pdu_port: int
+    community_file: Path
+    probe_positions: dict[str, str]
+    cdu_url: str
+    cdu_profile: str
+
+    def sources(self) -> str:
+        """The [sources.pdu] and [sources.cdu] tables.
+
+        They poll on wall-clock timing like a real node would (inlet air and
+        coolant are slow signals); only the GPUs are polled once per simulated second.
+        """
+        probes = ", ".join(f'"{k}" = "{v}"' for k, v in self.probe_positions.items())
+        return f"""
+        [sources.pdu]
+        type = "snmp"
+        host = "127.0.0.1"
+        port = {self.pdu_port}
+        version = "2c"
+        community_file = "{self.community_file}"
+        probe_positions = {{ {probes} }}
+        interval_s = 0.5
+        timeout_s = 0.4
+        request_timeout_s = 0.3
+        poll_deadline_s = 0.35
+        retries = 0
+        backoff_initial_s = 0.5
+        backoff_max_s = 2.0
+        [sources.cdu]
+        type = "opcua"
+        url = "{self.cdu_url}"
+        profile = "{self.cdu_profile}"
+        interval_s = 0.5
+        timeout_s = 0.45
+        sampling_interval_s = 0.25
+        keepalive_s = 1.0
+        stale_after_s = 3.0
+        bad_after_s = 6.0
+        request_timeout_s = 1.0
+        backoff_initial_s = 0.5
+        backoff_max_s = 2.0
+        """
+
+
+def daemon_config(
+    node: str, rack: str, url: str, secret: Path, speed: float, fakes: RackFakes | None = None
+) -> Config:
     """A node agent's config with its time settings scaled to simulated time."""
     interval = SIM_POLL_S / speed
+    rack_sources = fakes.sources() if fakes is not None else ""
     return parse_config(
         f"""
         [node]
@@ -93,17 +149,30 @@ def daemon_config(node: str, rack: str, url: str, secret: Path, speed: float) ->
         timeout_s = {interval * 0.8}
         backoff_initial_s = {interval}
         backoff_max_s = {interval * 8}
+        {rack_sources}
         [policy]
         min_dwell_s = {60.0 / speed}
         resume_after_s = {120.0 / speed}
         stale_after_s = {5.0 / speed}
         evaluate_interval_s = {interval}
+        rack_stale_after_s = {30.0 / speed}
+        lead_time_s = {600.0 / speed}
+        trend_window_s = {300.0 / speed}
+        trend_bucket_s = {10.0 / speed}
+        skill_horizon_s = {60.0 / speed}
+        load_settle_s = {120.0 / speed}
+        max_gpu_rate_c_per_min = {10.0 * speed}
+        max_air_rate_c_per_min = {5.0 * speed}
+        storm_window_s = {600.0 / speed}
+        resume_window_s = {60.0 / speed}
+        resume_jitter = 0.05
         [scheduler]
         type = "webhook"
         url = "{url}"
         secret_file = "{secret}"
         retry_initial_s = {interval}
         retry_max_s = {interval * 10}
+        outbox_path = "{secret.parent / f"outbox-{node}.sqlite3"}"
         """,
         origin=f"demo config for {node}",
     )
@@ -168,9 +237,10 @@ class LiveView:
             cond = last.node.condition
             if self._last_conditions.get(dmn.config.node.name) != cond:
                 self._last_conditions[dmn.config.node.name] = cond
+                detail = to_sim_time(last.node.detail, self.speed)
                 print(
                     f"{fmt_t(t)}  {dmn.config.node.name}  condition {cond.value}"
-                    f"{': ' + last.node.detail if last.node.detail else ''}",
+                    f"{': ' + detail if detail else ''}",
                     file=self.out,
                     flush=True,
                 )
@@ -232,6 +302,30 @@ class LiveView:
         self.out.flush()
 
 
+_RATE = re.compile(r"([+-]?\d+(?:\.\d+)?)C/min")
+_DURATION = re.compile(r"(?<![\w.])(~?)(\d+(?:\.\d+)?)s\b")
+
+
+def to_sim_time(reason: str, speed: float) -> str:
+    """A reason with its rates and durations in simulated time.
+
+    The agents run on the wall clock while the rack runs ``speed`` times faster,
+    so they see rates ``speed`` times too steep and durations too short.
+    """
+    if speed == 1.0:
+        return reason
+
+    def rate(m: re.Match[str]) -> str:
+        return f"{float(m.group(1)) / speed:+.1f}C/min"
+
+    def duration(m: re.Match[str]) -> str:
+        seconds = float(m.group(2)) * speed
+        text = f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f}s"
+        return m.group(1) + text
+
+    return _DURATION.sub(duration, _RATE.sub(rate, reason))
+
+
 def fmt_t(t: float) -> str:
     """Simulated seconds as +mm:ss."""
     m, s = divmod(int(t), 60)
@@ -256,12 +350,25 @@ async def run_scenario(
     result = DemoResult(sc.name, expected_drained=sc.expect.drained_nodes)
     scheduler = FakeWebhookScheduler(DEMO_SECRET)
     url = await scheduler.start()
+    pdu = SimulatedPdu(lambda: rack.snapshot)
+    await pdu.start()
+    cdu = FakeCduServer()
+    await cdu.start()
     with tempfile.TemporaryDirectory(prefix="rackguard-demo-") as tmp:
         secret = Path(tmp) / "webhook.key"
         secret.write_bytes(DEMO_SECRET)
+        community = Path(tmp) / "pdu.community"
+        community.write_text("public\n")
+        fakes = RackFakes(
+            pdu.port,
+            community,
+            dict(pdu.probe_positions),
+            cdu.url,
+            "opc40082-tcd" if cdu.model == "tcd" else "generic",
+        )
         daemons = [
             Daemon(
-                daemon_config(node, "rack-sim", url, secret, speed),
+                daemon_config(node, "rack-sim", url, secret, speed, fakes),
                 adapters={"gpus": NvmlAdapter("gpus", FakeNvml(rack.gpus_by_node[node]))},
                 sink=WebhookSink(url, DEMO_SECRET),
             )
@@ -271,7 +378,8 @@ async def run_scenario(
 
         def received(item: Received) -> None:
             p = item.payload
-            d = DemoDecision(rack.t, p["node"], p["action"], p["reason"], p["domain"])
+            reason = to_sim_time(p["reason"], speed)
+            d = DemoDecision(rack.t, p["node"], p["action"], reason, p["domain"])
             result.decisions.append(d)
             view.on_decision(d, scheduler.node_state.get(d.node, "?"))
 
@@ -285,13 +393,20 @@ async def run_scenario(
             )
         try:
             async with asyncio.TaskGroup() as tg:
+                follow = tg.create_task(cdu.follow(lambda: rack.snapshot.cdu, 0.2))
                 for d in daemons:
                     tg.create_task(d.run(handle_signals=False))
                 await _drive(rack, view, scheduler, speed, result, on_tick)
+                result.source_health = {
+                    d.config.node.name: {r.name: r.health.value for r in d.runners} for d in daemons
+                }
+                follow.cancel()
                 for d in daemons:
                     d.stop()
         finally:
             await scheduler.stop()
+            await pdu.stop()
+            await cdu.stop()
     result.final_state = dict(scheduler.node_state)
     return result
 

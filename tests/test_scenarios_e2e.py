@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from fakes.demo import run_scenario, summary
+from fakes.demo import run_scenario, summary, to_sim_time
 
 pytestmark = pytest.mark.scenario
 
@@ -28,6 +28,11 @@ async def test_hot_gpu_drains_only_the_heated_node_before_slowdown() -> None:
     assert result.final_state == {"gpu-node-02": "idle"}
     assert result.as_expected
     assert "outcome as expected" in summary(result)
+    # Every agent polled its GPUs, the rack's PDU over SNMP and the CDU over OPC-UA.
+    assert result.source_health == {
+        n: {"gpus": "up", "pdu": "up", "cdu": "up"}
+        for n in ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
+    }
 
 
 async def test_sensor_dropout_is_unknown_never_a_drain() -> None:
@@ -38,3 +43,21 @@ async def test_sensor_dropout_is_unknown_never_a_drain() -> None:
     assert "gpu-node-03  condition unknown" in log  # the dropout is visible
     assert "NVML_ERROR_UNKNOWN" in log
     assert result.as_expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (
+            "rackguard: gpu3 72C, +41.1C/min: near slowdown 90C in ~26s",
+            "rackguard: gpu3 72C, +2.7C/min: near slowdown 90C in ~6 min",
+        ),
+        ("slowdown in ~4s (3s to 5s at 90%)", "slowdown in ~60s (45s to 75s at 90%)"),
+        (
+            "rackguard: gpu3 90C at or above slowdown 90C",
+            "rackguard: gpu3 90C at or above slowdown 90C",
+        ),
+    ],
+)
+def test_demo_shows_agent_rates_in_simulated_time(reason: str, expected: str) -> None:
+    assert to_sim_time(reason, 15.0) == expected
