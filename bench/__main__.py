@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from bench import agent_cost, delivery_latency, opcua_cost, scoring, snmp_cost
+from bench import agent_cost, api_rps, delivery_latency, opcua_cost, scoring, snmp_cost
 from bench.report import Row, render
 
 
 def main() -> None:
-    """Run the benchmarks and print the table."""
+    """Run the benchmarks (all, or those named with --only) and print the table."""
     p = argparse.ArgumentParser(prog="python -m bench")
     p.add_argument("--seconds", type=float, default=60.0, help="length of the agent CPU run")
+    p.add_argument(
+        "--only",
+        default="",
+        help="comma-separated subset of: "
+        + ", ".join(("agent", "delivery", "opcua", "snmp", "api", "scoring")),
+    )
     args = p.parse_args()
+    benches: dict[str, Callable[[], list[Row]]] = {
+        "agent": lambda: agent_cost.measure(args.seconds),
+        "delivery": delivery_latency.measure,
+        "opcua": lambda: opcua_cost.measure(seconds=3.0, repeats=5),
+        "snmp": snmp_cost.measure,
+        "api": api_rps.measure,
+        "scoring": scoring.measure,
+    }
+    wanted = [w for w in args.only.split(",") if w] or list(benches)
+    unknown = set(wanted) - set(benches)
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     rows: list[Row] = []
-    rows += agent_cost.measure(args.seconds)
-    rows += delivery_latency.measure()
-    rows += opcua_cost.measure(seconds=3.0, repeats=5)
-    rows += snmp_cost.measure()
-    rows += scoring.measure()
+    for name in wanted:
+        rows += benches[name]()
     print(render(rows))
 
 

@@ -65,6 +65,8 @@ def reading_to_dict(r: Reading, now: float) -> dict[str, Any]:
         "quality": r.quality.value,
         "reason": r.reason,
         "age_s": round(now - r.mono, 3),
+        "device_ts": r.device_ts,
+        "server_ts": r.server_ts,
         "labels": dict(r.labels),
     }
 

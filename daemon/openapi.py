@@ -75,6 +75,8 @@ SCHEMAS: dict[str, Any] = {
             "quality": {"enum": ["good", "uncertain", "bad"]},
             "reason": _STR,
             "age_s": {"type": "number"},
+            "device_ts": _NUM_OR_NULL,
+            "server_ts": _NUM_OR_NULL,
             "labels": {"type": "object", "additionalProperties": _STR},
         },
     },

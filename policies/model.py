@@ -61,8 +61,11 @@ class Reading:
     mono: float
     wall: float
     reason: str = ""
+    # The device's own time for the value (OPC-UA SourceTimestamp, NVML field timestamp).
     device_ts: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # When a server in between saw the value (OPC-UA ServerTimestamp).
+    server_ts: float | None = None
 
     def __post_init__(self) -> None:
         if self.quality is Quality.BAD and self.value is not None:

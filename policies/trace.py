@@ -92,6 +92,8 @@ def reading_dict(r: Reading) -> dict[str, Any]:
         d["reason"] = r.reason
     if r.device_ts is not None:
         d["device_ts"] = r.device_ts
+    if r.server_ts is not None:
+        d["server_ts"] = r.server_ts
     if r.labels:
         d["labels"] = dict(r.labels)
     return d
@@ -185,6 +187,7 @@ def decode_reading(obj: Mapping[str, Any], line: int = 0) -> Reading:
             wall=wall,
             reason=_str(obj, "reason", line, ""),
             device_ts=_num(obj, "device_ts", line, optional=True),
+            server_ts=_num(obj, "server_ts", line, optional=True),
             labels=_labels(obj, line),
         )
     except TraceError:

@@ -114,6 +114,7 @@ async def test_subscription_reports_every_variable_with_kind_unit_and_timestamp(
         assert r.quality is Quality.GOOD, r
         assert r.source == "cdu"
         assert r.device_ts is not None and abs(r.device_ts - time.time()) < 60
+        assert r.server_ts is not None and abs(r.server_ts - time.time()) < 60
         assert r.labels["node_id"] == server.node_id(r.sensor.removeprefix("cdu."))
 
 

@@ -15,7 +15,7 @@ server refuses subscriptions) each read is one Read call for all variables.
 
 OPC-UA status codes map to quality: Good -> GOOD, Uncertain* -> UNCERTAIN, Bad* ->
 BAD, each with the code's name as the reason; the source timestamp (else the server
-timestamp) becomes ``device_ts``.
+timestamp) becomes ``device_ts`` and the ServerTimestamp ``server_ts``.
 """
 
 from __future__ import annotations
@@ -517,7 +517,8 @@ class OpcuaAdapter:
             mono=mono,
             wall=wall,
             reason=reason,
-            device_ts=var.source_ts if var.source_ts is not None else var.server_ts,
+            device_ts=var.source_ts,
+            server_ts=var.server_ts,
             labels=var.labels,
         )
 
