@@ -32,6 +32,7 @@ JSON = "application/json"
 MAX_BODY_BYTES = 16 * 1024
 SSE_HEARTBEAT_S = 15.0
 _DAEMON: web.AppKey[Daemon] = web.AppKey("daemon")
+_STATE_BODY: web.AppKey[StateBody] = web.AppKey("state_body")
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -90,12 +91,40 @@ async def readyz(request: web.Request) -> web.Response:
     return json_response(body, 200 if ready else 503)
 
 
+class StateBody:
+    """/v1/state's serialised body, rebuilt when readings change or after ``max_age_s``.
+
+    A scheduler or dashboard may poll /v1/state hard; building ~200 series per
+    request would cost most of the API's throughput. Ages are exact as of
+    ``as_of`` and at most ``max_age_s`` older when served.
+    """
+
+    def __init__(self, max_age_s: float = 0.25) -> None:
+        self.max_age_s = max_age_s
+        self._body = b""
+        self._generation = -1
+        self._built = 0.0
+
+    def get(self, daemon: Daemon) -> bytes:
+        """The current body, from the cache when it is fresh enough."""
+        now = time.monotonic()
+        gen = daemon.store.generation
+        if gen != self._generation or now - self._built > self.max_age_s:
+            self._body = orjson.dumps(_state_dict(daemon, now))
+            self._generation, self._built = gen, now
+        return self._body
+
+
 async def state(request: web.Request) -> web.Response:
     """Every series' latest value, unit, quality and age, and each source's health."""
-    d = request.app[_DAEMON]
-    now = time.monotonic()
+    body = request.app[_STATE_BODY].get(request.app[_DAEMON])
+    return web.Response(body=body, content_type=JSON)
+
+
+def _state_dict(d: Daemon, now: float) -> dict[str, Any]:
     outcome = d.engine.last
-    body = {
+    return {
+        "as_of": time.time(),
         "node": d.config.node.name,
         "rack": d.config.node.rack,
         "condition": outcome.node.condition.value if outcome else "unknown",
@@ -112,7 +141,6 @@ async def state(request: web.Request) -> web.Response:
         },
         "series": [reading_to_dict(r, now) for r in d.store.readings()],
     }
-    return json_response(body)
 
 
 async def assessments(request: web.Request) -> web.Response:
@@ -296,6 +324,7 @@ def make_app(daemon: Daemon) -> web.Application:
     """The aiohttp application for one daemon."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
     app[_DAEMON] = daemon
+    app[_STATE_BODY] = StateBody()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)

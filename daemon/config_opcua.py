@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from adapters.errors import SourceSetupError
-from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings
 from adapters.sensors.opcua_profiles import load_profile, parse_path, profile_names
-from adapters.sensors.opcua_session import SecuritySettings, SessionSettings
 from daemon.config_sources import SourceTiming
 from daemon.secrets import read_secret, resolve_secret, secret_problem
 from daemon.typed_toml import bounded
+
+if TYPE_CHECKING:  # asyncua is imported only when an OPC-UA source is configured
+    from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings
 
 Problems = Iterator[tuple[str, str]]
 
@@ -177,6 +178,9 @@ def _secret_reader(path: Path | None) -> Callable[[], str] | None:
 
 def opcua_settings(cfg: OpcuaSourceConfig) -> OpcuaSettings:
     """The adapter's settings for one configured source (the profile is loaded here)."""
+    from adapters.sensors.opcua import OpcuaSettings  # noqa: PLC0415
+    from adapters.sensors.opcua_session import SecuritySettings, SessionSettings  # noqa: PLC0415
+
     session = SessionSettings(
         url=cfg.url,
         request_timeout_s=cfg.request_timeout_s,
@@ -209,4 +213,6 @@ def opcua_settings(cfg: OpcuaSourceConfig) -> OpcuaSettings:
 
 def build_opcua_adapter(name: str, cfg: OpcuaSourceConfig) -> OpcuaAdapter:
     """The adapter for one ``type = "opcua"`` source."""
+    from adapters.sensors.opcua import OpcuaAdapter  # noqa: PLC0415
+
     return OpcuaAdapter(name, opcua_settings(cfg))

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from adapters.errors import SourceSetupError
-from adapters.sensors.snmp import SnmpAdapter, SnmpOptions
-from adapters.sensors.snmp_client import SnmpClient, V2cClient, V3Client, V3Credentials
 from daemon.config_sources import SourceTiming
 from daemon.secrets import read_secret, resolve_secret, secret_problem
 from daemon.typed_toml import bounded
+
+if TYPE_CHECKING:  # pysnmp is imported only when an SNMP source is configured
+    from adapters.sensors.snmp import SnmpAdapter
+    from adapters.sensors.snmp_client import SnmpClient
 
 Problems = Iterator[tuple[str, str]]
 
@@ -128,6 +130,8 @@ def _read(path: Path, key: str) -> bytes:
 
 def snmp_client(cfg: SnmpSourceConfig) -> SnmpClient:
     """The SNMP session the config asks for, with its secrets read from their files."""
+    from adapters.sensors.snmp_client import V2cClient, V3Client, V3Credentials  # noqa: PLC0415
+
     if cfg.version == "2c":
         assert cfg.community_file is not None  # validate() guarantees it
         return V2cClient(
@@ -150,6 +154,8 @@ def snmp_client(cfg: SnmpSourceConfig) -> SnmpClient:
 
 def build_snmp_adapter(name: str, cfg: SnmpSourceConfig) -> SnmpAdapter:
     """The adapter for one configured SNMP source."""
+    from adapters.sensors.snmp import SnmpAdapter, SnmpOptions  # noqa: PLC0415
+
     options = SnmpOptions(
         max_varbinds=cfg.max_varbinds,
         max_repetitions=cfg.max_repetitions,

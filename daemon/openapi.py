@@ -82,8 +82,9 @@ SCHEMAS: dict[str, Any] = {
     },
     "State": {
         "type": "object",
-        "required": ["node", "rack", "condition", "sources", "series"],
+        "required": ["as_of", "node", "rack", "condition", "sources", "series"],
         "properties": {
+            "as_of": {"type": "number", "description": "when the ages were computed (Unix s)"},
             "node": _STR,
             "rack": _STR,
             "condition": _STR,

@@ -13,9 +13,11 @@ class StateStore:
     def __init__(self) -> None:
         self._latest: dict[str, Reading] = {}
         self._sources: dict[str, float] = {}
+        self.generation = 0  # bumped by every update, for caches of derived views
 
     def update(self, source: str, readings: Sequence[Reading]) -> None:
         """Record one successful poll of ``source``."""
+        self.generation += 1
         latest = self._latest
         for r in readings:
             latest[r.key] = r

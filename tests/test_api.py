@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,45 @@ async def test_sse_stream_delivers_and_resumes_with_last_event_id(
         assert [o["reason"] for _, o in overrides_in(replay)] == ["e1", "e2"]
         err = await get(http, f"{base}/v1/events?last_event_id=abc", status=400)
         assert err["error"]["code"] == "bad_parameter"
+
+
+def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from daemon.api import StateBody  # noqa: PLC0415
+    from daemon.state import StateStore  # noqa: PLC0415
+    from policies.model import Quality, Reading, SensorKind  # noqa: PLC0415
+
+    store = StateStore()
+    node = SimpleNamespace(name="n1", rack="r1")
+    stub: Any = SimpleNamespace(
+        store=store,
+        engine=SimpleNamespace(last=None),
+        runners=[],
+        config=SimpleNamespace(node=node),
+    )
+
+    def reading(value: float) -> Reading:
+        mono = time.monotonic()
+        return Reading(
+            "gpus",
+            "gpu0.temperature",
+            SensorKind.GPU_TEMPERATURE,
+            value,
+            "celsius",
+            Quality.GOOD,
+            mono,
+            time.time(),
+        )
+
+    cache = StateBody(max_age_s=0.2)
+    store.update("gpus", [reading(50.0)])
+    first = cache.get(stub)
+    assert cache.get(stub) is first  # same readings, fresh: served from the cache
+    store.update("gpus", [reading(51.0)])
+    second = cache.get(stub)
+    assert orjson.loads(second)["series"][0]["value"] == 51.0  # new readings: rebuilt
+    time.sleep(0.25)
+    third = cache.get(stub)
+    assert third is not second  # aged out: ages recomputed
+    assert orjson.loads(third)["series"][0]["age_s"] >= 0.25
