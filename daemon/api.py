@@ -20,6 +20,7 @@ from aiohttp import web
 
 from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from daemon.decision_log import MAX_LIMIT, LogQuery, QueryError, page
+from daemon.events import Event
 from daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.openapi import OPENAPI
 from daemon.overrides import OverrideError, OverrideRequest
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 JSON = "application/json"
 MAX_BODY_BYTES = 16 * 1024
-SSE_HEARTBEAT_S = 15.0
+SSE_HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing an idle stream
 _DAEMON: web.AppKey[Daemon] = web.AppKey("daemon")
 _STATE_BODY: web.AppKey[StateBody] = web.AppKey("state_body")
 
@@ -181,7 +182,7 @@ def _limit_param(request: web.Request, default: int = 100) -> int:
     raw = request.query.get("limit")
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
         raise ApiError(400, "bad_parameter", f"limit: an integer from 1 to {MAX_LIMIT}")
     return int(raw)
 
@@ -229,9 +230,12 @@ async def events(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: assessments, decisions, deliveries, overrides; resumable."""
     d = request.app[_DAEMON]
     raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or ""
-    if raw and not raw.isdigit():
+    if raw and not (raw.isascii() and raw.isdigit()):
         raise ApiError(400, "bad_parameter", "Last-Event-ID: a non-negative integer")
     after = int(raw) if raw else d.events.last_id
+    if after > d.events.last_id:
+        # An id from before a restart (ids start again at 1): replay what we kept.
+        after = 0
     resp = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -241,17 +245,27 @@ async def events(request: web.Request) -> web.StreamResponse:
     )
     await resp.prepare(request)
     stream = d.events.subscribe(after)
+    pending: asyncio.Task[Event] | None = None
     try:
         while True:
-            try:
-                event = await asyncio.wait_for(anext(stream), SSE_HEARTBEAT_S)
-            except TimeoutError:
+            # One __anext__ task survives heartbeats: cancelling it (wait_for
+            # would) closes the async generator and ends the stream.
+            if pending is None:
+                pending = asyncio.ensure_future(anext(stream))
+            done, _ = await asyncio.wait({pending}, timeout=SSE_HEARTBEAT_S)
+            if not done:
                 await resp.write(b": keep-alive\n\n")
                 continue
+            try:
+                event = pending.result()
             except StopAsyncIteration:
                 break
+            pending = None
             await resp.write(event.encode())
     finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            await asyncio.wait({pending})
         await stream.aclose()
     return resp
 

@@ -126,20 +126,25 @@ class Daemon:
         )
         # After a restart, the policy starts from what it last asked for: a node
         # drained before the restart is resumed by the rule, not forgotten.
-        intent = self.delivery.intents().get(config.node.name)
-        if intent is not None and intent.action is not Action.RESUME:
-            self.engine.restore(intent.action, time.monotonic())
+        self._restore_from_outbox(only_out_of_service=True)
         self.delivery.on_settled = self._on_settled
         self.events = EventHub()
         self.overrides = OverrideStore(self.delivery.db)
         self.engine.overrides = self.overrides.to_policy()
         self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
         self._stop = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
         self._tg: asyncio.TaskGroup | None = None
         self._runner_tasks: dict[str, asyncio.Task[None]] = {}
         self.api_port: int | None = None
         self.ready = asyncio.Event()
-        self.reloads = 0
+
+    def _restore_from_outbox(self, *, only_out_of_service: bool = False) -> None:
+        intent = self.delivery.intents().get(self.config.node.name)
+        action = intent.action if intent is not None else Action.RESUME
+        if action is Action.RESUME and only_out_of_service:
+            return
+        self.engine.restore(action, time.monotonic())
 
     def _runner(self, adapter: SensorAdapter) -> SourceRunner:
         timing = self.config.sources[adapter.name].timing
@@ -200,6 +205,8 @@ class Daemon:
                 raise StartupError(f"source {runner.name!r}: {err}") from err
             except (SourceError, TimeoutError) as err:
                 log.warning("%s: not reachable at start, will retry: %s", runner.name, err)
+            except Exception:
+                log.exception("%s: adapter error at start, will retry", runner.name)
             finally:
                 await runner.adapter.close()
 
@@ -275,13 +282,17 @@ class Daemon:
         if self.config_path is None:
             log.warning("reload requested but the daemon was not started from a file")
             return False
+        async with self._reload_lock:  # SIGHUPs in quick succession apply one at a time
+            return await self._reload(self.config_path)
+
+    async def _reload(self, path: Path) -> bool:
         self.notifier.reloading()
         try:
-            new = load_config(self.config_path)
+            new = load_config(path)
         except ConfigError as err:
             log.error(
                 "reload of %s refused, keeping the running config:\n  %s",
-                self.config_path,
+                path,
                 "\n  ".join(err.problems),
             )
             self.notifier.ready(self._status_line())
@@ -294,13 +305,19 @@ class Daemon:
         ):
             if a != b:
                 log.warning("reload: %s changed; it takes effect at the next restart", what)
+        for key in ("evaluate_interval_s", "record_trace", "record_max_mb"):
+            if getattr(old.policy, key) != getattr(new.policy, key):
+                log.warning("reload: policy.%s changed; it takes effect at the next restart", key)
         new = Config(old.node, new.sources, new.logging, old.api, new.policy, old.scheduler)
         setup_logging(new.logging.level, new.logging.format)
         self.engine.settings = policy_settings(new.policy)
+        if old.policy.dry_run != new.policy.dry_run:
+            # A dry-run "drain" moved the policy's state without sending anything:
+            # start again from what the scheduler was really asked for.
+            self._restore_from_outbox()
         await self._reload_sources(old, new)
         self.config = new
-        self.reloads += 1
-        log.info("configuration reloaded from %s", self.config_path)
+        log.info("configuration reloaded from %s", path)
         self.notifier.ready(self._status_line())
         return True
 
@@ -314,9 +331,15 @@ class Daemon:
             task = self._runner_tasks.pop(runner.name, None)
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # wait() rather than await: a cancellation of this reload itself
+                # (shutdown) must propagate, not be swallowed with the runner's.
+                await asyncio.wait([task])
+            runner.first_attempt.set()  # readiness no longer waits on a replaced runner
             self.runners.remove(runner)
+            if runner.name in new.sources:
+                self.store.replace_on_next_update(runner.name)
+            else:
+                self.store.drop_source(runner.name)  # removed: its series would only go stale
             log.info("%s: source stopped for reload", runner.name)
         self.config = new  # the new runners read their timing from it
         for name in sorted(changed & set(new.sources)):

@@ -151,6 +151,12 @@ class KubernetesSchedulerConfig(DeliverySettings):
             problem = secret_problem(resolve_secret(self.token_file))
             if problem:
                 yield "token_file", problem
+        if self.api_url and self.token_file is None:
+            yield "token_file", "required with api_url (the service account's token)"
+        if self.ca_file is not None and not self.ca_file.is_file():
+            yield "ca_file", f"file {str(self.ca_file)!r} does not exist"
+        # Neither api_url nor kubeconfig means the in-cluster service account; that
+        # is checked at start (it depends on the environment, not on this file).
         if not _TAINT_KEY.match(self.taint_key):
             yield "taint_key", f"not a valid taint key: {self.taint_key!r}"
         yield from self.delivery_problems()

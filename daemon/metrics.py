@@ -8,6 +8,7 @@ demo runs several daemons in one process).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -84,7 +85,7 @@ class _StateCollector(Collector):
         self._daemon = daemon
 
     def collect(self) -> Iterator[Metric]:
-        """Yield every family; BAD or UNCERTAIN readings are left out (no made-up values)."""
+        """Yield every family; BAD, UNCERTAIN and stale readings are left out."""
         d = self._daemon
         families: dict[SensorKind, GaugeMetricFamily] = {}
         margin = GaugeMetricFamily(
@@ -94,8 +95,16 @@ class _StateCollector(Collector):
         )
         slowdown: dict[tuple[str, str], float] = {}
         temps: dict[tuple[str, str], float] = {}
+        now = time.monotonic()
+        gpu_stale = d.config.policy.stale_after_s
+        rack_stale = d.config.policy.rack_stale_after_s
         for r in d.store.readings():
             if not r.usable or r.value is None:
+                continue
+            # A source that stopped reporting must not look frozen and healthy:
+            # its series leave the scrape once stale (rackguard_source_up says why).
+            limit = gpu_stale if r.kind.value.startswith("gpu_") else rack_stale
+            if now - r.mono > limit:
                 continue
             key = (r.labels.get("gpu", ""), r.labels.get("uuid", ""))
             if r.kind is SensorKind.GPU_SLOWDOWN_THRESHOLD:

@@ -32,7 +32,7 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +42,7 @@ import orjson
 from adapters.base import DeliveryError, SchedulerSink
 from adapters.schedulers.base import NodeReadError, NodeView, ReadableSink, describe, intended
 from adapters.schedulers.decision_json import decision_to_dict
+from daemon.sqlite_tx import transaction
 from policies.model import Action, Assessment, Condition, Decision, FaultDomain
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,9 @@ KEEP_DONE_ROWS = 10_000
 # Waits ``delay`` seconds or until the event is set; injectable so tests can
 # run a ten-minute outage in simulated time.
 Sleep = Callable[[float, asyncio.Event], Awaitable[None]]
+
+
+BUSY_TIMEOUT_MS = 5000
 
 
 class Status(enum.StrEnum):
@@ -195,7 +199,7 @@ class Outbox:
             self._lock_fh = self._take_lock(Path(self.path))
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            self._db.execute("PRAGMA busy_timeout = 5000")
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if self.path != MEMORY:
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
@@ -228,15 +232,8 @@ class Outbox:
             self._lock_fh.close()
             self._lock_fh = None
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._db)
 
     def _prune(self) -> None:
         with self._tx() as db:
@@ -255,10 +252,18 @@ class Outbox:
         return self._db
 
     def writable(self) -> tuple[bool, str]:
-        """Whether a write transaction can start now (for readiness checks)."""
+        """Whether a write transaction can start now (for readiness checks).
+
+        Never waits: with another process holding the lock, the usual busy
+        timeout would stall the event loop (and the watchdog) for seconds.
+        """
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute("ROLLBACK")
+            self._db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute("ROLLBACK")
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.Error as err:
             return False, str(err)
         return True, ""
@@ -365,11 +370,16 @@ class Outbox:
         node = decision.node
         now = self._wall()
         with self._tx() as db:
+            # Keys repeat (a policy restarted, a repair re-queuing an intent):
+            # store under the original key's first free "-N" suffix.
             base = decision.key
-            (used,) = db.execute(
-                "SELECT COUNT(*) FROM decisions WHERE base_key = ?", (base,)
-            ).fetchone()
-            key = base if used == 0 else f"{base}-{used}"
+            row = db.execute("SELECT base_key FROM decisions WHERE key = ?", (base,)).fetchone()
+            if row is not None:
+                base = row[0]
+            key, n = base, 0
+            while db.execute("SELECT 1 FROM decisions WHERE key = ?", (key,)).fetchone():
+                n += 1
+                key = f"{base}-{n}"
             waiting = db.execute(
                 "SELECT seq, action, sent FROM decisions WHERE node = ? AND status = ?"
                 " ORDER BY seq",

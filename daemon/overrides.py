@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from daemon.sqlite_tx import transaction
 from policies.safety import Overrides, Pin
 
 _SCHEMA = """
@@ -117,31 +118,34 @@ class OverrideStore:
         body = {"action": req.action, "node": req.node, "reason": req.reason, "actor": req.actor}
         if req.pin is not None:
             body["pin"] = req.pin.value
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        pins = dict(self.pins)
+        paused = self.paused
+        if req.action == "pin" and req.pin is not None:
+            pins[req.node] = (req.pin, req.reason)
+        elif req.action == "unpin":
+            pins.pop(req.node, None)
+        elif req.action in ("pause_predictive", "resume_predictive"):
+            paused = (req.action == "pause_predictive", req.reason)
+        with transaction(self._db) as db:
             if req.action == "pin" and req.pin is not None:
-                self.pins[req.node] = (req.pin, req.reason)
-                self._put(f"pin:{req.node}", {"pin": req.pin.value, "reason": req.reason})
+                self._put(db, f"pin:{req.node}", {"pin": req.pin.value, "reason": req.reason})
             elif req.action == "unpin":
-                self.pins.pop(req.node, None)
-                self._db.execute("DELETE FROM overrides WHERE key = ?", (f"pin:{req.node}",))
+                db.execute("DELETE FROM overrides WHERE key = ?", (f"pin:{req.node}",))
             elif req.action in ("pause_predictive", "resume_predictive"):
-                self.paused = (req.action == "pause_predictive", req.reason)
-                self._put("paused", {"paused": self.paused[0], "reason": req.reason})
-            elif req.action == "reset_storm":
-                self._storm_reset_at = self._mono()
-            cur = self._db.execute(
+                self._put(db, "paused", {"paused": paused[0], "reason": req.reason})
+            cur = db.execute(
                 "INSERT INTO audit (at, actor, action, node, reason, body) VALUES (?,?,?,?,?,?)",
                 (at, req.actor, req.action, req.node, req.reason, orjson.dumps(body)),
             )
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        # Only what was committed reaches the policy.
+        self.pins, self.paused = pins, paused
+        if req.action == "reset_storm":
+            self._storm_reset_at = self._mono()
         return {"id": cur.lastrowid, "at": at, **body}
 
-    def _put(self, key: str, value: dict[str, Any]) -> None:
-        self._db.execute(
+    @staticmethod
+    def _put(db: sqlite3.Connection, key: str, value: dict[str, Any]) -> None:
+        db.execute(
             "INSERT INTO overrides (key, body) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET body = excluded.body",
             (key, orjson.dumps(value)),

@@ -124,6 +124,12 @@ class SourceRunner:
             self._failed(f"timed out after {self.timing.timeout_s:g}s", None)
         except SourceError as err:
             self._failed(str(err) or type(err).__name__, err)
+        except Exception as err:
+            # A device's answer tripped something in its adapter: that is one
+            # source failing, never the daemon (the others keep polling).
+            if not self.stats.consecutive_failures:
+                log.error("%s: adapter error, treated as a failed poll", self.name, exc_info=True)
+            self._failed(f"adapter error: {type(err).__name__}: {err}", None)
         else:
             self._succeeded()
             self._on_readings(self.name, readings)

@@ -111,6 +111,7 @@ class FakeSlurmrestd:
         self.auth_failures = 0
         # Fault controls: answer this status to the next N requests.
         self.fail_next = 0
+        self.fail_body: dict[str, Any] | None = None  # JSON body of injected failures
         self.fail_status = 503
         # ... or answer the next N node updates 200 without applying them (a lying server).
         self.drop_writes = 0
@@ -166,6 +167,8 @@ class FakeSlurmrestd:
         self.requests.append((request.method, request.path))
         if self.fail_next > 0:
             self.fail_next -= 1
+            if self.fail_body is not None:
+                return web.json_response(self.fail_body, status=self.fail_status)
             return web.Response(status=self.fail_status, text="injected failure")
         user = request.headers.get("X-SLURM-USER-NAME", "")
         token = request.headers.get("X-SLURM-USER-TOKEN", "")

@@ -28,7 +28,7 @@ from fakes.sim import RackSnapshot
 OidTuple = tuple[int, ...]
 Value = int | float | bytes | str | OidTuple | None
 Values = Mapping[OidTuple, Value]
-Mode = Literal["ok", "no_answer", "slow", "garbage"]
+Mode = Literal["ok", "no_answer", "slow", "garbage", "swapped"]
 
 _P = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
 SYS_DESCR: OidTuple = (1, 3, 6, 1, 2, 1, 1, 1, 0)
@@ -144,6 +144,10 @@ class SnmpAgent(asyncio.DatagramProtocol):
                 out = [(n, rfc1902.Null("")) for n in names]
             else:
                 out = [(n, self._get(values, n)) for n in names]
+                if self.mode == "swapped" and len(out) > 1:
+                    # A firmware bug seen on PDUs: the first two varbinds come back
+                    # in each other's place.
+                    out[0], out[1] = out[1], out[0]
         elif req.isSameTypeWith(_P.GetNextRequestPDU()):
             out = [self._next(order, values, n) for n in names]
         elif req.isSameTypeWith(_P.GetBulkRequestPDU()):

@@ -179,7 +179,14 @@ async def test_decision_log_pages_and_filters(
         assert len(pins["items"]) == 4
         future = await get(http, f"{base}/v1/decisions?since=2100-01-01T00:00:00Z")
         assert future["items"] == []
-        for bad in ("limit=0", "limit=x", "cursor=garbage!", "since=yesterday", "kind=other"):
+        for bad in (
+            "limit=0",
+            "limit=x",
+            "limit=%C2%B2",
+            "cursor=garbage!",
+            "since=yesterday",
+            "kind=other",
+        ):
             err = await get(http, f"{base}/v1/decisions?{bad}", status=400)
             check("Error", err)
             assert err["error"]["code"] == "bad_parameter"
@@ -341,3 +348,53 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
     third = cache.get(stub)
     assert third is not second  # aged out: ages recomputed
     assert orjson.loads(third)["series"][0]["age_s"] >= 0.25
+
+
+async def test_sse_stream_survives_heartbeats_and_ids_from_before_a_restart(
+    receiver: FakeWebhookScheduler,
+    secret_file: Path,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import daemon.api  # noqa: PLC0415
+
+    monkeypatch.setattr(daemon.api, "SSE_HEARTBEAT_S", 0.1)
+    async with (
+        running_daemon(
+            fake_node(), receiver, secret_file, api_extra=f'token_file = "{token_file}"'
+        ) as daemon_,
+        aiohttp.ClientSession() as http,
+    ):
+        base = f"http://127.0.0.1:{daemon_.api_port}"
+        # An id far above this process's: the client resumes from before a restart.
+        async with http.get(f"{base}/v1/events", headers={"Last-Event-ID": "999999"}) as resp:
+            await asyncio.sleep(0.5)  # several heartbeats pass
+            await post(http, f"{base}/v1/overrides", {"action": "reset_storm", "reason": "hb"})
+            got = await read_until(resp, lambda ev: len(overrides_in(ev)) == 1)
+        assert overrides_in(got)[0][1]["reason"] == "hb"
+        assert any(k == "assessment" for _, k, _ in got)  # the kept events were replayed
+
+
+async def test_readyz_answers_at_once_when_another_process_holds_the_outbox_lock(
+    receiver: FakeWebhookScheduler, secret_file: Path, tmp_path: Path
+) -> None:
+    import sqlite3  # noqa: PLC0415
+
+    outbox = tmp_path / "outbox.sqlite3"
+    async with (
+        running_daemon(
+            fake_node(), receiver, secret_file, scheduler_extra=f'outbox_path = "{outbox}"'
+        ) as daemon_,
+        aiohttp.ClientSession() as http,
+    ):
+        other = sqlite3.connect(outbox, isolation_level=None)  # e.g. an operator's sqlite3
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            t0 = time.monotonic()
+            body = await get(http, f"http://127.0.0.1:{daemon_.api_port}/readyz", status=503)
+            assert time.monotonic() - t0 < 1.0  # not the 5 s busy timeout
+            assert body["outbox"]["writable"] is False and "locked" in body["outbox"]["error"]
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert (await get(http, f"http://127.0.0.1:{daemon_.api_port}/readyz"))["ready"]

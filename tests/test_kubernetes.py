@@ -152,8 +152,10 @@ async def test_drain_evicts_pods_honouring_disruption_budgets(
     try:
         outbox.submit(decision("node-a", Action.DRAIN))
         await until(lambda: any(s == 429 for _, _, s in api.evictions))
+        await until(lambda: sum(s == 429 for _, _, s in api.evictions) >= 3)  # retried
         (waiting,) = outbox.pending()
         assert "PodDisruptionBudget" in waiting.last_error
+        assert len(api.events) == 1  # one Event for the change, not one per retry
         view = (await sink.read_state(["node-a"]))["node-a"]
         assert view.unsettled == "1 pod(s) to evict" and not view.satisfies(Action.DRAIN)
         budget.disruptions_allowed = 1  # the trainer's replica is back elsewhere
@@ -273,3 +275,11 @@ def test_kubernetes_config_loads_and_names_problems(kube_toml: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(kube_toml + 'taint_key = "bad key!"\n')
     assert "scheduler.taint_key: not a valid taint key" in str(info.value)
+    # What `run` would refuse, check-config names by key (exit 2), not at start-up.
+    no_token = "\n".join(line for line in kube_toml.splitlines() if "token_file" not in line)
+    with pytest.raises(ConfigError) as info:
+        parse_config(no_token)
+    assert "scheduler.token_file: required with api_url" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        parse_config(kube_toml + 'ca_file = "/nonexistent/ca.crt"\n')
+    assert "scheduler.ca_file: file '/nonexistent/ca.crt' does not exist" in str(info.value)

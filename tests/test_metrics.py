@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -55,3 +56,11 @@ async def test_metrics_follow_the_state_and_count_decisions(
         await wait_for(lambda: receiver.node_state.get("gpu-node-07") == "drained")
         m = await scrape(daemon.api_port)
         assert m["rackguard_decisions_total"] == [({"action": "drain", "domain": "gpu"}, 1.0)]
+
+        nvml.gpus[0].delay_s = 3.0  # NVML hangs: the last values turn stale
+        await wait_for(lambda: daemon.runners[0].health.value == "down", 10)
+        await asyncio.sleep(1.1)  # past stale_after_s (1 s in this config)
+        m = await scrape(daemon.api_port)
+        assert "rackguard_gpu_temperature_celsius" not in m  # no frozen, healthy-looking value
+        assert m["rackguard_source_up"] == [({"source": "gpus", "health": "down"}, 0.0)]
+        nvml.gpus[0].delay_s = 0.0

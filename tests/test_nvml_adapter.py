@@ -207,6 +207,23 @@ async def test_threshold_failed_at_connect_stays_bad(fake: FakeNvml) -> None:
         await nvml.close()
 
 
+async def test_threshold_that_failed_transiently_is_read_again(fake: FakeNvml) -> None:
+    fake.gpus[1].errors["nvmlDeviceGetTemperatureThreshold"] = pynvml.NVML_ERROR_UNKNOWN
+    nvml = NvmlAdapter("nvml", fake)
+    await nvml.connect()
+    try:
+        keyed = by_sensor(await nvml.read())
+        assert_bad(keyed["gpu1.slowdown_threshold"], "NVML_ERROR_UNKNOWN")
+        del fake.gpus[1].errors["nvmlDeviceGetTemperatureThreshold"]
+        keyed = by_sensor(await nvml.read())  # no reconnect needed
+        assert keyed["gpu1.slowdown_threshold"].value == H100_SXM.slowdown_c
+        calls = fake.calls["nvmlDeviceGetTemperatureThreshold"]
+        await nvml.read()
+        assert fake.calls["nvmlDeviceGetTemperatureThreshold"] == calls  # cached again
+    finally:
+        await nvml.close()
+
+
 async def test_old_pynvml_bytes_are_decoded() -> None:
     fake = FakeNvml(make_gpus(H100_SXM, 2), strings_as_bytes=True)
     nvml = NvmlAdapter("nvml", fake)

@@ -102,6 +102,22 @@ async def test_drift_is_repaired_and_foreign_holds_are_left_alone(
     assert reconciler.repairs == 2
 
 
+async def test_repeated_manual_resumes_are_repaired_every_time(
+    fake: FakeSlurmrestd, sink: SlurmSink, outbox: Outbox
+) -> None:
+    outbox.submit(decision("gpu01", Action.DRAIN))
+    await flush(outbox)
+    reconciler = Reconciler(outbox, sink)
+    for round_ in range(3):  # the second repair once collided on its key and crashed
+        fake.admin_resume("gpu01")
+        findings = {f.node: f.finding for f in await reconciler.reconcile_once()}
+        assert findings == {"gpu01": Finding.DRIFTED}, round_
+        await flush(outbox)
+        assert "DRAIN" in fake.nodes["gpu01"].flags, round_
+    keys = [r.decision.key for r in outbox.history(10)]
+    assert len(keys) == len(set(keys)) == 4
+
+
 async def test_unknown_nodes_are_reported_not_repaired(
     sink: SlurmSink, outbox: Outbox, fake: FakeSlurmrestd
 ) -> None:

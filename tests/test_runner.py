@@ -87,7 +87,7 @@ async def test_polls_on_interval_and_delivers_readings() -> None:
     gaps = [b - a for a, b in zip(adapter.reads, adapter.reads[1:], strict=False)]
     assert all(0.03 < g < 0.09 for g in gaps), gaps
     assert got[0] == ("a", 1)
-    assert runner.health is Health.UP
+    assert runner.health.value == "up"
     assert adapter.connects == 1  # connected once, reused
     assert adapter.closes == 1  # closed on cancel
 
@@ -171,7 +171,7 @@ async def test_overrun_skips_ticks_instead_of_queueing() -> None:
     gaps = [b - a for a, b in zip(adapter.reads, adapter.reads[1:], strict=False)]
     # Each attempt starts on a later grid tick, never back to back in a burst.
     assert all(g >= 0.12 for g in gaps), gaps
-    assert runner.health is Health.UP
+    assert runner.health.value == "up"
 
 
 async def test_hung_source_does_not_delay_others() -> None:
@@ -196,3 +196,19 @@ async def test_setup_error_is_reported_not_raised() -> None:
     assert runner.health is Health.DEGRADED
     assert "libnvidia-ml.so.1" in runner.stats.last_error
     assert runner.first_attempt.is_set()
+
+
+async def test_unexpected_adapter_error_is_a_failed_poll_not_a_crash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bug = ValueError("zip() argument 2 is shorter than argument 1")
+    adapter = ScriptedAdapter("cdu", [bug, bug, 1.0])
+    runner = SourceRunner(adapter, timing(), lambda s, rs: None, rng=random.Random(9))
+    assert await runner.attempt() is False
+    assert await runner.attempt() is False
+    assert runner.health is Health.DEGRADED
+    assert runner.stats.last_error == f"adapter error: ValueError: {bug}"
+    tracebacks = [r for r in caplog.records if r.exc_info and r.name == "daemon.runner"]
+    assert len(tracebacks) == 1  # logged once per failure streak, with the traceback
+    assert await runner.attempt() is True
+    assert runner.health.value == "up"

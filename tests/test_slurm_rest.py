@@ -16,6 +16,7 @@ import pytest
 from aiohttp import ClientSession
 
 from adapters.base import DeliveryError
+from adapters.schedulers.base import NodeReadError
 from adapters.schedulers.slurm import SlurmSink, parse_scontrol_node
 from adapters.schedulers.slurm_auth import JwtToken, parse_token_output, token_expiry
 from adapters.schedulers.slurm_versions import api_info, node_view
@@ -136,6 +137,23 @@ async def test_server_errors_and_refused_connections_are_transient(
     finally:
         await sink.close()
         await dead.close()
+
+
+async def test_a_404_without_slurm_error_2018_is_transient_and_redetects_the_version(
+    fake: FakeSlurmrestd, token_file: Path
+) -> None:
+    sink = SlurmSink(fake.url, token=JwtToken(token_file))
+    try:
+        assert (await sink.read_state(["gpu01"]))["gpu01"].exists
+        fake.fail_next, fake.fail_status, fake.fail_body = 1, 404, {"errors": []}
+        with pytest.raises(NodeReadError) as info:  # e.g. a proxy, or a dropped API version
+            await sink.read_state(["gpu01"])
+        assert not info.value.permanent and "2018" in str(info.value)
+        before = len(fake.requests)
+        assert (await sink.read_state(["gpu01"]))["gpu01"].exists
+        assert any(p.startswith("/openapi") for _, p in fake.requests[before:])  # re-detected
+    finally:
+        await sink.close()
 
 
 async def test_rest_writes_on_a_22_05_server_are_refused_clearly(token_file: Path) -> None:

@@ -118,6 +118,25 @@ async def test_garbage_values_become_bad_readings(pdu: SimulatedPdu) -> None:
         await adapter.close()
 
 
+async def test_varbinds_answered_for_other_oids_are_bad_never_misfiled(
+    pdu: SimulatedPdu,
+) -> None:
+    adapter = _adapter(pdu)
+    try:
+        await adapter.connect()
+        good = {r.sensor: r for r in await adapter.read()}
+        pdu.mode = "swapped"
+        swapped = await adapter.read()
+        bad = [r for r in swapped if r.quality is Quality.BAD]
+        assert len(bad) == 2
+        assert all(r.reason.startswith("agent answered ") for r in bad)
+        for r in swapped:  # every other value is still filed under its own sensor
+            if r.quality is Quality.GOOD:
+                assert r.value == pytest.approx(good[r.sensor].value, abs=1.0), r.sensor
+    finally:
+        await adapter.close()
+
+
 async def test_too_big_splits_requests_and_remembers(pdu: SimulatedPdu) -> None:
     adapter = _adapter(pdu, max_varbinds=16)
     try:

@@ -17,6 +17,9 @@ import pytest
 from daemon.app import Daemon
 from daemon.config import load_config
 from daemon.notify import Notifier
+from fakes.scheduler import FakeWebhookScheduler
+from tests.conftest import WEBHOOK_SECRET
+from tests.daemon_harness import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -194,3 +197,57 @@ def test_notifier_is_silent_outside_systemd() -> None:
     n.ready("x")  # no socket: nothing happens, nothing raises
     assert Notifier({"WATCHDOG_USEC": "500000", "WATCHDOG_PID": "1"}).watchdog_s is None
     assert Notifier({"WATCHDOG_USEC": "500000"}).watchdog_s == 0.5
+
+
+async def test_overlapping_reloads_apply_one_at_a_time(tmp_path: Path, secret_file: Path) -> None:
+    cfg = tmp_path / "rg.toml"
+    write_config(cfg, secret_file, interval=0.1)
+    daemon = Daemon(load_config(cfg), config_path=cfg)
+    task = asyncio.create_task(daemon.run(handle_signals=False))
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), 5)
+        write_config(cfg, secret_file, interval=0.2)
+        first, second = await asyncio.gather(daemon.reload(), daemon.reload())
+        assert first and second  # two SIGHUPs close together once crashed the daemon
+        assert [r.name for r in daemon.runners] == ["gpus"]
+        assert daemon.runners[0].timing.interval_s == 0.2
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.fixture
+def receiver_key(tmp_path: Path) -> Path:
+    path = tmp_path / "receiver.key"
+    path.write_bytes(WEBHOOK_SECRET)
+    return path
+
+
+async def test_turning_dry_run_off_sends_the_drain_it_only_reported(
+    tmp_path: Path, receiver_key: Path, receiver: FakeWebhookScheduler
+) -> None:
+    import fakes.nvml_module  # noqa: PLC0415
+
+    gpu = fakes.nvml_module.FAKE.gpus[0]
+    cfg = tmp_path / "rg.toml"
+    fast = (
+        "[policy]\nmin_dwell_s = 0.0\nresume_after_s = 0.2\nstale_after_s = 1.0\n"
+        "evaluate_interval_s = 0.05\n"
+    )
+    write_config(cfg, receiver_key, extra=fast + "dry_run = true\n")
+    cfg.write_text(cfg.read_text().replace("http://127.0.0.1:9/none", receiver.url))
+    daemon = Daemon(load_config(cfg), config_path=cfg)
+    task = asyncio.create_task(daemon.run(handle_signals=False))
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), 5)
+        gpu.temperature_c = 87.0
+        await wait_for(lambda: any(d.dry_run for d in daemon.engine.decisions))
+        assert receiver.received == []  # dry run: reported, not sent
+        write_config(cfg, receiver_key, extra=fast + "dry_run = false\n")
+        cfg.write_text(cfg.read_text().replace("http://127.0.0.1:9/none", receiver.url))
+        assert await daemon.reload()
+        await wait_for(lambda: receiver.node_state.get("n-notify") == "drained")
+    finally:
+        gpu.temperature_c = 41.0
+        daemon.stop()
+        await asyncio.wait_for(task, 5)

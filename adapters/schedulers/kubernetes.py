@@ -63,7 +63,7 @@ def _file_token(path: Path) -> Callable[[], str]:
     def read() -> str:
         try:
             return path.read_text(encoding="utf-8").strip()
-        except OSError as err:
+        except (OSError, UnicodeDecodeError) as err:
             raise KubeAuthError(f"cannot read token file {str(path)!r}: {err}") from err
 
     return read
@@ -363,6 +363,7 @@ class KubernetesSink:
         """Apply the decision with a resourceVersion-guarded JSON Patch; then evict if asked."""
         name = decision.node
         path = f"/api/v1/nodes/{quote(name, safe='')}"
+        patched = False
         for _ in range(self._retries):
             node = await self._get_node(name)
             ops = self._patch_for(node, decision)
@@ -370,6 +371,7 @@ class KubernetesSink:
                 break  # nothing to change
             status, body = await self._call("PATCH", path, ops, content_type=JSON_PATCH)
             if status == 200:
+                patched = True
                 break
             if status in (409, 422):
                 # 409: stale resourceVersion; 422: our "test" failed. Someone
@@ -382,8 +384,13 @@ class KubernetesSink:
             raise DeliveryError(
                 f"{name}: node kept changing under us ({self._retries} conflicts); will retry"
             )
-        if self._events:
-            await self._record_event(node, decision)
+        # One Event per change, not per retry (a PDB blocking eviction retries
+        # for hours); and the Event is a courtesy: failing to post it fails nothing.
+        if self._events and patched:
+            try:
+                await self._record_event(node, decision)
+            except DeliveryError as err:
+                log.warning("%s: could not record the Event: %s", name, err)
         if decision.action is Action.DRAIN and self._evict:
             await self._evict_pods(name)
 

@@ -191,7 +191,16 @@ class SlurmSink:
         if not isinstance(body, dict):
             raise DeliveryError(f"slurmrestd GET nodes: HTTP {status}: {str(body)[:200]}")
         errors = slurm_errors(body)
-        unknown = any(num == 2018 for num, _ in errors) or (status == 404 and len(nodes) == 1)
+        # Only Slurm's own "invalid node name" (2018) means the node does not
+        # exist; a bare 404 may be a proxy or an API version slurmrestd dropped
+        # after an upgrade: detect the version again and retry, never give up.
+        unknown = any(num == 2018 for num, _ in errors)
+        if status == 404 and not unknown:
+            self._version = None
+            raise DeliveryError(
+                f"slurmrestd GET nodes: HTTP 404 without Slurm error 2018: "
+                f"{_error_text(errors, body)}; detecting the API version again"
+            )
         if status != 200 and not unknown:
             raise DeliveryError(f"slurmrestd GET nodes: HTTP {status}: {_error_text(errors, body)}")
         seen = {v.node: v for v in map(node_view, body.get("nodes") or [])}

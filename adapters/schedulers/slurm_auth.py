@@ -96,6 +96,10 @@ class JwtToken:
     def _read_file(self) -> str:
         try:
             text = self._file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise TokenError(
+                f"the Slurm token file {str(self._file)!r} is not text: {err}"
+            ) from err
         except OSError as err:
             raise TokenError(
                 f"cannot read the Slurm token file {str(self._file)!r}: {err.strerror or err}"

@@ -327,6 +327,7 @@ class NvmlAdapter:
             start = len(out)
             h = gpu.handle
             try:
+                self._retry_thresholds(gpu, h)
                 temp = self._call(b.nvmlDeviceGetTemperature, h, self._temp_sensor)
                 self._emit(out, gpu, _TEMP, self._number(temp), mono, wall)
                 self._emit_memory_temperature(out, gpu, mono, wall)
@@ -341,6 +342,18 @@ class NvmlAdapter:
                 del out[start:]
                 self._all_bad(out, gpu, lost.failure.reason, mono, wall)
         return out
+
+    def _retry_thresholds(self, gpu: _Gpu, handle: Any) -> None:
+        """Read again any threshold that failed transiently (not NotSupported).
+
+        Thresholds are read once at connect; without this a one-off error there
+        would leave the GPU UNKNOWN until the source reconnects.
+        """
+        for slot, kind in self._threshold_types:
+            cached = gpu.thresholds[slot]
+            if isinstance(cached, _Failure) and cached.name != "NVML_ERROR_NOT_SUPPORTED":
+                fresh = self._call(self._b.nvmlDeviceGetTemperatureThreshold, handle, kind)
+                gpu.thresholds[slot] = self._number(fresh)
 
     def _emit_memory_temperature(
         self, out: list[Reading], gpu: _Gpu, mono: float, wall: float

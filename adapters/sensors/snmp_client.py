@@ -146,6 +146,24 @@ class Prepared:
     pdu: Any
 
 
+def in_request_order(request: Prepared, varbinds: Any) -> list[Any]:
+    """The response values, each checked against the OID asked for in its position.
+
+    An agent that answers another OID there (a firmware bug seen on PDUs) must
+    not have its value recorded under the wrong sensor: that one is Missing.
+    """
+    out: list[Any] = []
+    for i, (name, value) in enumerate(varbinds):
+        got = tuple(name)
+        asked = request.oids[i] if i < len(request.oids) else None
+        if asked is not None and got != asked:
+            wanted = ".".join(map(str, asked))
+            out.append(Missing(f"agent answered {'.'.join(map(str, got))} for {wanted}"))
+        else:
+            out.append(value)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class V3Credentials:
     """SNMPv3 USM user; keys already read from their secret files."""
@@ -269,7 +287,7 @@ class V2cClient:
             v2c.apiPDU.get_error_index(response, muteErrors=True),
             len(request.oids),
         )
-        return [value for _, value in v2c.apiPDU.get_varbinds(response)]
+        return in_request_order(request, v2c.apiPDU.get_varbinds(response))
 
     async def bulk(self, oid: OidTuple, max_repetitions: int) -> list[tuple[OidTuple, Any]]:
         """One GETBULK."""
@@ -386,7 +404,7 @@ class V3Client:
     async def get(self, request: Prepared) -> list[Any]:
         """One GET; values in request order."""
         vbs = await self._send(request.pdu, len(request.oids))
-        return [value for _, value in vbs]
+        return in_request_order(request, vbs)
 
     async def bulk(self, oid: OidTuple, max_repetitions: int) -> list[tuple[OidTuple, Any]]:
         """One GETBULK."""
