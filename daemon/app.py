@@ -36,7 +36,7 @@ from daemon.sinks import build_sink
 from daemon.sources import build_adapter
 from daemon.state import StateStore
 from daemon.trace_recorder import TraceRecorder
-from policies.model import Action, Decision, Reading
+from policies.model import Action, Decision, FaultDomain, Reading
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,10 @@ class Daemon:
         action = intent.action if intent is not None else Action.RESUME
         if action is Action.RESUME and only_out_of_service:
             return
-        self.engine.restore(action, time.monotonic())
+        # The domain matters: a node drained for the cooling loop waits for fresh
+        # loop evidence before it can be called healthy again.
+        domain = intent.domain if intent is not None else FaultDomain.NONE
+        self.engine.restore(action, time.monotonic(), domain=domain)
 
     def _runner(self, adapter: SensorAdapter) -> SourceRunner:
         timing = self.config.sources[adapter.name].timing

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 
 from daemon.state import StateStore
-from policies.model import Action, Condition, Decision
+from policies.model import Action, Condition, Decision, FaultDomain
 from policies.policy import Outcome, Policy
 from policies.rules import NodeState
 from policies.safety import ClusterLedger, ClusterView, Overrides
@@ -102,9 +102,13 @@ class PolicyEngine:
         ):
             log.info("%s: %s", self.node, after.note)
 
-    def restore(self, action: Action, now: float) -> None:
-        """Adopt a state decided earlier (e.g. across a restart)."""
-        self.policy.restore(self.node, action, now)
+    def restore(self, action: Action, now: float, domain: FaultDomain = FaultDomain.NONE) -> None:
+        """Adopt a state decided earlier (e.g. across a restart), with its fault domain.
+
+        Out for the cooling loop or the rack, the node is not resumed before that
+        evidence has been seen fresh again.
+        """
+        self.policy.restore(self.node, action, now, domain)
         self.ledger.restore(self.node, action, self.policy.states[self.node].domain, now)
 
     async def run(self, interval_s: float) -> None:

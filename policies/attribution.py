@@ -6,12 +6,21 @@ and each of the rack's agents drains its own node for it.
 
 Order of evidence (first match wins):
 
-1. Cooling loop: a leak, lost flow (pump stopped, or flow well under its highest),
-   or coolant supply rising at least half as fast as the GPU margins fall.
-2. Rack: inlet air rising at least half as fast as the margins fall, or (when the
-   policy sees the rack's other nodes) two or more nodes of the rack in trouble.
-3. Node: two or more of its GPUs in trouble.
-4. GPU: one GPU (its cold plate, its paste, its fan).
+1. Cooling loop, direct evidence: a leak or lost flow (pump stopped with no
+   normal flow, or flow well under its sustained high).
+2. Cooling loop, shared warming: coolant supply rising at least half as fast as
+   the GPU margins fall, or (with no rate to compare) a material supply rise over
+   the window; only when the trouble is broad.
+3. Rack: inlet air rising at least half as fast as the margins fall (broad
+   trouble only), or (when the policy sees the rack's other nodes) two or more
+   nodes of the rack in trouble.
+4. Node: two or more of its GPUs in trouble.
+5. GPU: one GPU (its cold plate, its paste, its fan).
+
+*Broad* means two or more GPUs of the node, or two or more nodes of the rack, in
+trouble: one hot GPU is that GPU's problem, whatever a shared series does. A
+shared trend explains a decline only when the decline is known: with no trusted
+margin trend, a rate alone explains nothing.
 
 Evidence that is UNKNOWN (stale or BAD) cannot name a domain: the attribution
 falls through to the next rule, and says so in its explanation.
@@ -34,10 +43,14 @@ class LoopEvidence:
     monitored: bool = False  # the rack has reported coolant series at least once
     known: bool = False  # every monitored coolant series is fresh
     leak: bool = False
-    flow_lost: bool = False  # pump stopped or flow under the low fraction of its highest
+    # Pump stopped with no normal flow (or every pump stopped), or flow under the low
+    # fraction of its sustained high.
+    flow_lost: bool = False
     supply_rising: bool = False  # supply well above its window minimum, or trending up
     supply_rate_c_per_s: float | None = None  # a trusted, significant supply trend
     detail: str = ""
+    # The newest supply bucket mean is at least supply_rise_c above the window's lowest.
+    supply_risen: bool = False
 
     @property
     def failing(self) -> bool:
@@ -71,12 +84,20 @@ class AirEvidence:
 
 
 def _explains(rate: float | None, margin_fall_c_per_s: float | None) -> bool:
-    """A shared series moving at ``rate`` explains the margin falling (when that is known)."""
+    """A shared series moving at ``rate`` explains a known margin decline."""
     if rate is None or rate <= 0:
         return False
     if margin_fall_c_per_s is None or margin_fall_c_per_s <= 0:
-        return True
+        return False
     return rate >= EXPLAINS_FRACTION * margin_fall_c_per_s
+
+
+def _supply_explains(loop: LoopEvidence, margin_fall_c_per_s: float | None) -> bool:
+    if _explains(loop.supply_rate_c_per_s, margin_fall_c_per_s):
+        return True
+    # A material rise, with no rate or no decline to compare it with, is evidence too.
+    unmatched = loop.supply_rate_c_per_s is None or margin_fall_c_per_s is None
+    return loop.supply_risen and unmatched
 
 
 def attribute(
@@ -93,12 +114,13 @@ def attribute(
     it has no trusted trend); ``rack_nodes_in_trouble`` counts the nodes of the rack
     the caller sees in trouble, this one included.
     """
+    broad = hot_gpus >= 2 or rack_nodes_in_trouble >= 2
     if loop.known:
-        if loop.failing or _explains(loop.supply_rate_c_per_s, margin_fall_c_per_s):
+        if loop.failing:
             return FaultDomain.COOLING_LOOP, loop.detail
-        if loop.supply_rate_c_per_s is None and loop.supply_rising:
+        if broad and _supply_explains(loop, margin_fall_c_per_s):
             return FaultDomain.COOLING_LOOP, loop.detail
-    if air.known and _explains(air.rate_c_per_s, margin_fall_c_per_s):
+    if broad and air.known and _explains(air.rate_c_per_s, margin_fall_c_per_s):
         return FaultDomain.RACK, air.detail
     if rack_nodes_in_trouble >= 2:
         return FaultDomain.RACK, f"{rack_nodes_in_trouble} nodes of the rack affected"

@@ -103,11 +103,6 @@ class TimeToThreshold:
     early_s: float | None
     late_s: float | None
 
-    @property
-    def confident(self) -> bool:
-        """Even the slowest plausible approach reaches the threshold."""
-        return self.late_s is not None
-
 
 def time_to_threshold(
     trend: Trend, level: float, threshold: float, *, falling: bool

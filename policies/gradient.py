@@ -7,7 +7,6 @@ rack-wide shift.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,13 +48,3 @@ def margin_spread(margins: Mapping[str, float]) -> float | None:
     if len(margins) < 2:
         return None
     return max(margins.values()) - min(margins.values())
-
-
-def outliers(margins: Mapping[str, float], below_by_c: float) -> tuple[str, ...]:
-    """Keys whose margin is more than ``below_by_c`` under the median of the others."""
-    out = []
-    for key in sorted(margins):
-        others = [v for k, v in margins.items() if k != key]
-        if others and margins[key] < statistics.median(others) - below_by_c:
-            out.append(key)
-    return tuple(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -72,6 +73,11 @@ class Reading:
             raise ValueError(f"{self.sensor}: a BAD reading must not carry a value")
         if self.quality is not Quality.BAD and self.value is None:
             raise ValueError(f"{self.sensor}: a {self.quality.value} reading needs a value")
+        if self.value is not None and not math.isfinite(self.value):
+            # NaN compares false with everything: a NaN margin would pass every check.
+            raise ValueError(
+                f"{self.sensor}: non-finite value {self.value!r} in a {self.quality.value} reading"
+            )
         if self.quality is not Quality.GOOD and not self.reason:
             raise ValueError(f"{self.sensor}: a {self.quality.value} reading needs a reason")
 
@@ -82,8 +88,8 @@ class Reading:
 
     @property
     def usable(self) -> bool:
-        """True when a policy may act on the value."""
-        return self.quality is Quality.GOOD and self.value is not None
+        """True when a policy may act on the value (GOOD, and a finite number)."""
+        return self.quality is Quality.GOOD and self.value is not None and math.isfinite(self.value)
 
 
 class Action(enum.StrEnum):

@@ -17,23 +17,26 @@ Per GPU (thermal margin = slowdown temperature - temperature):
   that counts.
 * UNKNOWN: temperature or slowdown threshold missing, stale or BAD.
 
-Per node, in order: a coolant leak, or a failing loop (pump stopped or flow
-lost, supply rising) with a GPU at or under the enter margin -> CRITICAL for the
-cooling loop; any CRITICAL GPU -> CRITICAL; any WARNING GPU -> WARNING; a rack
-peer out of service for a rack-wide cause -> WARNING (following it); any UNKNOWN
-GPU -> UNKNOWN; else OK. The domain comes from :mod:`policies.attribution`; the
+Per node, in order: a coolant leak, or a failing loop (flow lost, supply rising)
+with a GPU at or under the enter margin -> CRITICAL for the cooling loop (on fresh
+readings of those series, even while another coolant series is stale or BAD);
+any CRITICAL GPU -> CRITICAL; any WARNING GPU -> WARNING; a rack peer out of
+service for a rack-wide cause -> WARNING (following it); any UNKNOWN GPU ->
+UNKNOWN; else OK. The domain comes from :mod:`policies.attribution`; the
 transition from :mod:`policies.rules`; the gates from :mod:`policies.safety`.
 
 Healthy (may resume): every GPU known, every margin at or above ``exit_margin_c``,
 no trusted forecast breach within twice the drain horizon, no originating rack
 peer still out for a rack-wide cause, and, for a node out for the rack or the
-loop, that evidence known and healthy again.
+loop, that evidence known (every series fresh) and healthy again; a node restored
+out for the rack or the loop (:meth:`Policy.restore`) waits until it has seen
+that evidence fresh.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence, attribute
@@ -154,10 +157,24 @@ class Policy:
         """Take readings (repeats of a reading already seen change nothing)."""
         self.tracker.observe(readings)
 
-    def restore(self, node: str, action: Action, now: float) -> None:
-        """Adopt a state decided earlier (e.g. across a restart)."""
+    def restore(
+        self, node: str, action: Action, now: float, domain: FaultDomain = FaultDomain.NONE
+    ) -> None:
+        """Adopt a state decided earlier (e.g. across a restart), with the cause's domain.
+
+        A node out for a rack-wide cause (the cooling loop, the rack's air) is not
+        healthy until that evidence has been seen fresh: after a restart the GPUs
+        may look fine long before the CDU or PDU source has reported.
+        """
         old = self.states.get(node, NodeState())
-        self.states[node] = NodeState(action=action, since=now, epoch=old.epoch)
+        out = action is not Action.RESUME
+        self.states[node] = NodeState(
+            action=action,
+            since=now,
+            epoch=old.epoch,
+            domain=domain if out else FaultDomain.NONE,
+            awaiting_evidence=out and domain in RACK_DOMAINS,
+        )
 
     def evaluate(
         self,
@@ -258,8 +275,8 @@ class Policy:
         rt = self.tracker.rack[rack]
         loop = self._loop(rt, now)
         air, probes = self._air(rt, now)
-        supply = _first_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, self._settings)
-        ret = _first_fresh(rt, SensorKind.COOLANT_RETURN_TEMPERATURE, now, self._settings)
+        supply = _highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, self._settings)
+        ret = _highest_fresh(rt, SensorKind.COOLANT_RETURN_TEMPERATURE, now, self._settings)
         parts = []
         grad = gradient.inlet_gradient(probes)
         if grad is not None:
@@ -280,9 +297,11 @@ class Policy:
             parts.append(air.detail)
         if not (loop.monitored or air.monitored or spread is not None):
             return _RackEvidence(loop, air, None)
-        if (loop.monitored and not loop.known) or (air.monitored and not air.known):
+        if loop.failing:  # direct evidence, on fresh readings, whatever else is stale
+            cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+        elif (loop.monitored and not loop.known) or (air.monitored and not air.known):
             cond, domain = Condition.UNKNOWN, FaultDomain.NONE
-        elif loop.failing or loop.supply_rising:
+        elif loop.supply_rising:
             cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
         elif air.rising:
             cond, domain = Condition.WARNING, FaultDomain.RACK
@@ -303,47 +322,74 @@ class Policy:
     def _loop(self, rt: RackTracker, now: float) -> LoopEvidence:
         s = self._settings
         stale = s.rack_stale_after_s
-        supplies = rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE]
-        flows = rt.slow[SensorKind.COOLANT_FLOW]
-        pumps = rt.state[SensorKind.PUMP_STATE]
-        leaks = rt.state[SensorKind.LEAK]
-        series: list[Reading | None] = [x.latest for x in (*supplies.values(), *flows.values())]
-        series += [*pumps.values(), *leaks.values()]
-        series += [x.latest for x in rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE].values()]
-        if not series:
+
+        def values(readings: Iterable[Reading | None]) -> list[float | None]:
+            return [fresh(r, now, stale)[0] for r in readings]
+
+        supplies = list(rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE].values())
+        flows = list(rt.slow[SensorKind.COOLANT_FLOW].values())
+        supply_v = values(x.latest for x in supplies)
+        flow_v = values(x.latest for x in flows)
+        return_v = values(x.latest for x in rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE].values())
+        pump_v = values(rt.state[SensorKind.PUMP_STATE].values())
+        leak_v = values(rt.state[SensorKind.LEAK].values())
+        every = [*supply_v, *flow_v, *return_v, *pump_v, *leak_v]
+        if not every:
             return LoopEvidence()
-        known = all(fresh(r, now, stale)[0] is not None for r in series)
+        # Every flag below comes from fresh readings only, so a fresh leak or a stopped
+        # pump counts even while another coolant series is stale or BAD; ``known``
+        # (all of them fresh) is what "healthy" needs.
+        known = all(v is not None for v in every)
         words = []
-        leak = any((fresh(r, now, stale)[0] or 0.0) >= 0.5 for r in leaks.values())
+        leak = any(v is not None and v >= 0.5 for v in leak_v)
         if leak:
             words.append("leak")
-        stopped = any(
-            (v := fresh(r, now, stale)[0]) is not None and v < 0.5 for r in pumps.values()
-        )
-        if stopped:
+        flow_words = []
+        normal_flow = False
+        for f, v in zip(flows, flow_v, strict=True):
+            if v is None:
+                continue
+            high = f.sustained_high
+            if high is not None and high > 0 and v < s.flow_low_fraction * high:
+                flow_words.append(
+                    f"flow {v:.1f} ({v / high:.0%} of its sustained high, {high:.1f})"
+                )
+            elif v > 0:
+                normal_flow = True
+        # A stopped pump is lost flow unless the flow says otherwise (a standby pump):
+        # with every pump stopped the pumps are believed over the flow meter.
+        stopped = sum(v is not None and v < 0.5 for v in pump_v)
+        pump_lost = stopped > 0 and (stopped == len(pump_v) or not normal_flow)
+        if pump_lost:
             words.append("pump stopped")
-        low_flow = False
-        for f in flows.values():
-            v, _ = fresh(f.latest, now, stale)
-            if v is not None and f.highest and v < s.flow_low_fraction * f.highest:
-                low_flow = True
-                words.append(f"flow {v:.1f} ({v / f.highest:.0%} of its highest, {f.highest:.1f})")
-        rising = False
+        elif stopped:
+            words.append("a pump stopped, flow normal")
+        words += flow_words
+        risen = False
         rate: float | None = None
-        for sup in supplies.values():
-            v, _ = fresh(sup.latest, now, stale)
-            lowest = sup.window_min()
-            if v is not None and lowest is not None and v - lowest >= s.supply_rise_c:
-                rising = True
-                words.append(f"supply {v:.1f}C, +{v - lowest:.1f}C in the window")
+        for sup, v in zip(supplies, supply_v, strict=True):
+            if v is None:
+                continue
+            level, lowest = sup.held_level(), sup.window_min()
+            if level is not None and lowest is not None and level - lowest >= s.supply_rise_c:
+                risen = True
+                words.append(f"supply {level:.1f}C, +{level - lowest:.1f}C in the window")
             r = _rising_rate(sup)
             if r is not None:
-                rising = True
                 rate = r if rate is None else max(rate, r)
                 words.append(f"supply rising {r * 60:+.2f}C/min")
         if not known:
             words.append("some coolant series stale or BAD")
-        return LoopEvidence(True, known, leak, stopped or low_flow, rising, rate, ", ".join(words))
+        return LoopEvidence(
+            True,
+            known,
+            leak,
+            pump_lost or bool(flow_words),
+            risen or rate is not None,
+            rate,
+            ", ".join(words),
+            supply_risen=risen,
+        )
 
     def _air(self, rt: RackTracker, now: float) -> tuple[AirEvidence, dict[str, float]]:
         stale = self._settings.rack_stale_after_s
@@ -386,6 +432,8 @@ class Policy:
     ) -> Outcome:
         s = self._settings
         state = self.states.get(node, NodeState())
+        if state.awaiting_evidence and _evidence_seen(state.domain, ev):
+            state = replace(state, awaiting_evidence=False)
         verdict, hot = self._verdict(node, rack, state, gpus, ev, rack_trouble, view)
         pin = o.pins.get(node)
         gates = Gates(
@@ -466,12 +514,13 @@ class Policy:
             rack_nodes_in_trouble=rack_trouble,
         )
         near = [g for g in known if g.margin is not None and g.margin <= s.enter_margin_c]
-        # A leak, or a failing loop whose heat has reached this node's GPUs: exclude now.
-        if loop.known and loop.leak:
+        # A leak, or a failing loop whose heat has reached this node's GPUs: exclude now,
+        # on fresh readings of those series whether or not the others are fresh.
+        if loop.leak:
             reason = f"{REASON_PREFIX} coolant leak in the cooling loop of {rack}"
             verdict = Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
             return verdict, _worst(near or known)
-        if loop.known and loop.failing and loop.supply_rising and near:
+        if loop.failing and loop.supply_rising and near:
             hot = _worst(near)
             assert hot is not None
             reason = (
@@ -519,7 +568,7 @@ class Policy:
         leaders: list[OutOfService],
     ) -> bool:
         s = self._settings
-        if not gpus or unknown or (state.following and leaders):
+        if not gpus or unknown or (state.following and leaders) or state.awaiting_evidence:
             return False
         for g in gpus:
             if g.margin is None or g.margin < s.exit_margin_c or g.at_risk:
@@ -599,7 +648,18 @@ def _rising_rate(series: SlowSeries) -> float | None:
     return None
 
 
-def _first_fresh(rt: RackTracker, kind: SensorKind, now: float, s: PolicySettings) -> float | None:
+def _evidence_seen(domain: FaultDomain, ev: _RackEvidence) -> bool:
+    """The rack evidence for a rack-wide ``domain`` is all fresh now."""
+    if domain is FaultDomain.COOLING_LOOP:
+        return ev.loop.known
+    if domain is FaultDomain.RACK:
+        return ev.air.known
+    return True
+
+
+def _highest_fresh(
+    rt: RackTracker, kind: SensorKind, now: float, s: PolicySettings
+) -> float | None:
     """The highest fresh value of a kind (the worst of several supplies or returns)."""
     values = [
         v

@@ -39,6 +39,9 @@ class NodeState:
     epoch: int = 0  # count of transitions: part of each decision's idempotency key
     domain: FaultDomain = FaultDomain.NONE  # why it is out of service
     following: str = ""  # the rack peer whose rack-wide drain it follows
+    # Restored (after a restart) out of service for a rack-wide cause whose rack
+    # evidence has not been seen fresh since: not healthy until it has.
+    awaiting_evidence: bool = False
 
 
 @dataclass(frozen=True, slots=True)

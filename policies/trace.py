@@ -18,6 +18,7 @@ Floats are written by ``repr``, so a value read back is the value written.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -148,7 +149,13 @@ def _num(obj: Mapping[str, Any], key: str, line: int, *, optional: bool = False)
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise TraceError(f"line {line}: {key} must be a number, got {v!r}")
-    return float(v)
+    try:
+        number = float(v)
+    except OverflowError:  # an integer too large for a float
+        raise TraceError(f"line {line}: non-finite number in {key}") from None
+    if not math.isfinite(number):
+        raise TraceError(f"line {line}: non-finite number in {key}")
+    return number
 
 
 def _str(obj: Mapping[str, Any], key: str, line: int, default: str | None = None) -> str:
@@ -276,9 +283,28 @@ def parse(lines: Iterable[str]) -> tuple[Header, Iterator[Reading | TracedDecisi
     return header, records()
 
 
+class _NonFinite(ValueError):
+    pass
+
+
+def _no_constant(token: str) -> float:
+    raise _NonFinite(token)
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise _NonFinite(token)
+    return value
+
+
 def _loads(text: str, line: int) -> dict[str, Any]:
+    # json.loads takes NaN, Infinity and overflowing numbers by default; a trace never
+    # holds them (a value that is not a number is a BAD reading with value null).
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except _NonFinite as err:
+        raise TraceError(f"line {line}: non-finite number {err}") from None
     except json.JSONDecodeError as err:
         raise TraceError(f"line {line}: not JSON: {err.msg}") from None
     if not isinstance(obj, dict):

@@ -118,29 +118,88 @@ class NodeTracker:
 
 
 class SlowSeries:
-    """A rack-level slow series: latest reading, forecaster, and a plain window for its range."""
+    """A rack-level slow series: latest reading, forecaster, and plain windows for its range.
 
-    __slots__ = ("forecaster", "highest", "latest", "raw")
+    ``raw`` (never restarted, so the range survives fast changes) gives the window's
+    lowest and newest bucket means. ``sustained_high`` is the highest level the
+    series held over two successive buckets within the last ``REFERENCE_S`` (or
+    ``trend_window_s`` if longer): one glitch sample moves one bucket only, and a
+    level from long ago does not stay the reference for good.
+    """
+
+    REFERENCE_S = 1800.0
+
+    __slots__ = (
+        "_peaks",
+        "_prev",
+        "_prev_sample",
+        "_reference_s",
+        "forecaster",
+        "latest",
+        "raw",
+    )
 
     def __init__(self, settings: PolicySettings, max_rate_per_min: float | None) -> None:
         self.latest: Reading | None = None
         self.forecaster = SeriesForecaster(settings.trend(max_rate_per_min))
-        # Never restarted, so the range over the window survives fast changes.
         self.raw = BucketWindow(settings.trend_bucket_s, settings.trend_window_s)
-        self.highest: float | None = None
+        self._reference_s = max(settings.trend_window_s, self.REFERENCE_S)
+        self._prev: float | None = None  # the mean of the bucket closed before the newest
+        # (bucket time, level held over it and the bucket before), levels decreasing:
+        # a sliding-window maximum, O(1) amortised per bucket, bounded by the window.
+        self._peaks: deque[tuple[float, float]] = deque()
+        self._prev_sample: float | None = None  # the usable sample before the latest
 
     def observe(self, r: Reading) -> None:
         """Take one reading of this series."""
         self.latest = r
         if r.usable and r.value is not None:
             self.forecaster.add(r.mono, r.value)
-            self.raw.add(r.mono, r.value)
-            self.highest = r.value if self.highest is None else max(self.highest, r.value)
+            last_t, last_value = self.raw.last_t, self.raw.last_value
+            if self.raw.add(r.mono, r.value):
+                self._closed()
+            if self.raw.last_t != last_t:  # taken (not a repeat, not out of order)
+                self._prev_sample = last_value
+
+    def _closed(self) -> None:
+        bucket = self.raw.newest
+        assert bucket is not None
+        prev, self._prev = self._prev, bucket.value
+        if prev is None:
+            return
+        held = min(prev, bucket.value)
+        peaks = self._peaks
+        while peaks and peaks[-1][1] <= held:
+            peaks.pop()
+        peaks.append((bucket.t, held))
+        while peaks[0][0] < bucket.t - self._reference_s:
+            peaks.popleft()
+
+    @property
+    def sustained_high(self) -> float | None:
+        """The highest level held over two successive buckets in the reference window."""
+        return self._peaks[0][1] if self._peaks else None
 
     def window_min(self) -> float | None:
         """The lowest bucket mean in the window."""
         buckets = self.raw.buckets()
         return min(b.value for b in buckets) if buckets else None
+
+    def held_level(self) -> float | None:
+        """The current level, robust to one noisy sample.
+
+        The higher of the newest closed bucket's mean (one sample is averaged in)
+        and the lower of the last two samples (a real step shows at once, one
+        sample alone cannot).
+        """
+        levels = []
+        newest = self.raw.newest
+        if newest is not None:
+            levels.append(newest.value)
+        last = self.raw.last_value
+        if last is not None and self._prev_sample is not None:
+            levels.append(min(last, self._prev_sample))
+        return max(levels) if levels else None
 
 
 # Rack-level kinds the policy forecasts.

@@ -30,7 +30,8 @@ class BucketWindow:
 
     ``add`` is O(1); at most ``ceil(span_s / bucket_s) + 1`` buckets are kept.
     Samples at or before the last one added are ignored (a poller re-reporting
-    the same reading, or one out of order).
+    the same reading, or one out of order), and so are non-finite values and times
+    (one NaN would poison every mean and fit it touched).
     """
 
     __slots__ = (
@@ -67,6 +68,8 @@ class BucketWindow:
 
     def add(self, t: float, value: float) -> bool:
         """Add one sample; True when it closed the bucket before it."""
+        if not (math.isfinite(t) and math.isfinite(value)):
+            return False
         last = self.last_t
         if last is not None and t <= last:
             return False

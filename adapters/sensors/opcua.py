@@ -537,7 +537,7 @@ def _convert(var: _Var) -> float | str:
     unit = var.unit or var.spec.unit
     converted = unit.convert(number)
     _, low, high = KIND_UNITS[var.spec.kind]
-    if not low <= converted <= high:  # also rejects NaN
+    if not math.isfinite(converted) or not low <= converted <= high:
         return f"out of range: {converted:g} {var.spec.canonical_unit}"
     return converted
 
