@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from adapters.errors import SourceSetupError
 from adapters.sensors.opcua_profiles import load_profile, parse_path, profile_names
-from daemon.config_sources import SourceTiming
+from daemon.config_sources import SourceTiming, timing_of, timing_problems
 from daemon.secrets import read_secret, resolve_secret, secret_problem
 from daemon.typed_toml import bounded
 
@@ -71,27 +71,11 @@ class OpcuaSourceConfig:
     @property
     def timing(self) -> SourceTiming:
         """The runner's view of this source."""
-        return SourceTiming(
-            self.interval_s,
-            self.timeout_s,
-            self.backoff_initial_s,
-            self.backoff_max_s,
-            self.down_after,
-        )
+        return timing_of(self)
 
     def validate(self) -> Problems:
         """Cross-field checks: timing, staleness, profile, security and secret files."""
-        if self.timeout_s >= self.interval_s:
-            yield (
-                "timeout_s",
-                f"must be less than interval_s ({self.interval_s}), got {self.timeout_s}",
-            )
-        if self.backoff_max_s < self.backoff_initial_s:
-            yield (
-                "backoff_max_s",
-                f"must be at least backoff_initial_s ({self.backoff_initial_s}), "
-                f"got {self.backoff_max_s}",
-            )
+        yield from timing_problems(self)
         parts = urlsplit(self.url)
         if parts.scheme != "opc.tcp" or not parts.hostname:
             yield "url", f"must be an opc.tcp://host:port URL, got {self.url!r}"

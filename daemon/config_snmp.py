@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from adapters.errors import SourceSetupError
-from daemon.config_sources import SourceTiming
+from daemon.config_sources import SourceTiming, timing_of, timing_problems
 from daemon.secrets import read_secret, resolve_secret, secret_problem
 from daemon.typed_toml import bounded
 
@@ -61,27 +61,11 @@ class SnmpSourceConfig:
     @property
     def timing(self) -> SourceTiming:
         """The runner's view of this source."""
-        return SourceTiming(
-            self.interval_s,
-            self.timeout_s,
-            self.backoff_initial_s,
-            self.backoff_max_s,
-            self.down_after,
-        )
+        return timing_of(self)
 
     def validate(self) -> Problems:
         """Cross-field checks and secret files that exist and are not empty."""
-        if self.timeout_s >= self.interval_s:
-            yield (
-                "timeout_s",
-                f"must be less than interval_s ({self.interval_s}), got {self.timeout_s}",
-            )
-        if self.backoff_max_s < self.backoff_initial_s:
-            yield (
-                "backoff_max_s",
-                f"must be at least backoff_initial_s ({self.backoff_initial_s}), "
-                f"got {self.backoff_max_s}",
-            )
+        yield from timing_problems(self)
         if self.poll_deadline_s > self.timeout_s:
             yield (
                 "poll_deadline_s",

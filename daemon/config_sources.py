@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from daemon.typed_toml import bounded
 
@@ -20,6 +20,43 @@ class SourceTiming:
     backoff_initial_s: float
     backoff_max_s: float
     down_after: int
+
+
+class Polled(Protocol):
+    """The scheduling fields every source table has (defaults differ per type)."""
+
+    @property
+    def interval_s(self) -> float: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def backoff_initial_s(self) -> float: ...
+    @property
+    def backoff_max_s(self) -> float: ...
+    @property
+    def down_after(self) -> int: ...
+
+
+def timing_of(cfg: Polled) -> SourceTiming:
+    """The runner's view of a source."""
+    return SourceTiming(
+        cfg.interval_s, cfg.timeout_s, cfg.backoff_initial_s, cfg.backoff_max_s, cfg.down_after
+    )
+
+
+def timing_problems(cfg: Polled) -> Problems:
+    """The cross-field checks every source's scheduling needs."""
+    if cfg.timeout_s >= cfg.interval_s:
+        yield (
+            "timeout_s",
+            f"must be less than interval_s ({cfg.interval_s}), got {cfg.timeout_s}",
+        )
+    if cfg.backoff_max_s < cfg.backoff_initial_s:
+        yield (
+            "backoff_max_s",
+            f"must be at least backoff_initial_s ({cfg.backoff_initial_s}), "
+            f"got {cfg.backoff_max_s}",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,27 +77,11 @@ class NvmlSourceConfig:
     @property
     def timing(self) -> SourceTiming:
         """The runner's view of this source."""
-        return SourceTiming(
-            self.interval_s,
-            self.timeout_s,
-            self.backoff_initial_s,
-            self.backoff_max_s,
-            self.down_after,
-        )
+        return timing_of(self)
 
     def validate(self) -> Problems:
         """Cross-field checks."""
-        if self.timeout_s >= self.interval_s:
-            yield (
-                "timeout_s",
-                f"must be less than interval_s ({self.interval_s}), got {self.timeout_s}",
-            )
-        if self.backoff_max_s < self.backoff_initial_s:
-            yield (
-                "backoff_max_s",
-                f"must be at least backoff_initial_s ({self.backoff_initial_s}), "
-                f"got {self.backoff_max_s}",
-            )
+        yield from timing_problems(self)
         for i, gpu in enumerate(self.gpus):
             if gpu < 0:
                 yield f"gpus[{i}]", f"must be a GPU index (>= 0), got {gpu}"
