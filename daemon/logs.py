@@ -6,6 +6,8 @@ import logging
 import os
 import sys
 
+from aiohttp.http_exceptions import HttpProcessingError
+
 # syslog priorities, which journald reads from a "<N>" prefix on each line.
 _PRIORITY = {
     logging.DEBUG: 7,
@@ -28,6 +30,15 @@ class JournaldFormatter(logging.Formatter):
         return f"<{prio}>{record.name}: {super().format(record)}"
 
 
+class _DropUnparseableRequests(logging.Filter):
+    """Drops aiohttp's error records for requests its HTTP parser rejected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record except a parser rejection."""
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, HttpProcessingError)
+
+
 def setup_logging(level: str = "info", fmt: str = "auto") -> None:
     """Configure the root logger once; safe to call again (e.g. on reload)."""
     journald = fmt == "journald" or (fmt == "auto" and "JOURNAL_STREAM" in os.environ)
@@ -45,6 +56,11 @@ def setup_logging(level: str = "info", fmt: str = "auto") -> None:
     root.setLevel(level.upper())
     # aiohttp's access log would log every request: not a state change.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # A request that cannot even be parsed is the client's problem: it gets its
+    # 400, and must not put a traceback in the journal (a scanner would flood it).
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _DropUnparseableRequests) for f in server_log.filters):
+        server_log.addFilter(_DropUnparseableRequests())
     # asyncua logs every connect at INFO and a traceback per second while a
     # session is lost; the runner already logs those state changes once.
     logging.getLogger("asyncua").setLevel(

@@ -97,8 +97,10 @@ async def test_outage_delays_but_never_drops(receiver: FakeWebhookScheduler) -> 
         queue.submit(decision("n1", Action.DRAIN))
         await asyncio.sleep(0.05)
         assert [p.decision.node for p in queue.pending()] == ["n1"]  # visible while waiting
-        for _ in range(100):
-            if receiver.received:
+        # The receiver records the request before the outbox has its answer:
+        # wait for the confirmation itself.
+        for _ in range(250):
+            if "n1" in queue.confirmed:
                 break
             await asyncio.sleep(0.02)
         assert len(receiver.received) == 1
