@@ -42,6 +42,7 @@ import orjson
 from adapters.base import DeliveryError, SchedulerSink
 from adapters.schedulers.base import NodeReadError, NodeView, ReadableSink, describe, intended
 from adapters.schedulers.decision_json import decision_to_dict
+from daemon.backoff import capped_backoff
 from daemon.sqlite_tx import transaction
 from policies.model import Action, Assessment, Condition, Decision, FaultDomain
 
@@ -453,8 +454,8 @@ class Outbox:
         return seq, replace(decision_from_dict(orjson.loads(body)), key=key), attempts
 
     def _retry_delay(self) -> float:
-        base = min(self._retry_max_s, self._retry_initial_s * 2.0 ** min(self._failures - 1, 30))
-        return float(base * self._rng.uniform(0.5, 1.0))
+        base = capped_backoff(self._retry_initial_s, self._retry_max_s, self._failures)
+        return base * self._rng.uniform(0.5, 1.0)
 
     async def run(self) -> None:
         """Deliver until cancelled."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from adapters.base import SensorAdapter
 from adapters.errors import SourceAuthError, SourceError, SourceSetupError
+from daemon.backoff import capped_backoff
 from daemon.config_sources import SourceTiming
 from policies.model import Reading
 
@@ -76,8 +77,9 @@ class SourceRunner:
     def backoff_s(self, failures: int) -> float:
         """Delay before the next attempt after ``failures`` failures in a row (>= 1)."""
         t = self.timing
-        base: float = min(t.backoff_max_s, t.backoff_initial_s * 2.0 ** min(failures - 1, 30))
-        return base * self._rng.uniform(0.8, 1.2)
+        return capped_backoff(t.backoff_initial_s, t.backoff_max_s, failures) * self._rng.uniform(
+            0.8, 1.2
+        )
 
     async def run(self) -> None:
         """Poll until cancelled."""

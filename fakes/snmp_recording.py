@@ -27,6 +27,8 @@ from typing import Any, Literal
 from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api, rfc1902
 
+from fakes.processes import stop_process
+
 _P = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
 _NUMERIC_TYPES = {"2", "65", "66", "67", "70"}
 _KEEP = ("1.3.6.1.2.1.1.",)  # system group stays intact so the device is still identified
@@ -139,13 +141,7 @@ class SnmpsimServer:
     def stop(self) -> None:
         """Stop snmpsim and remove the copies."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

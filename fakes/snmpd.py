@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from fakes.processes import stop_process
 from fakes.snmp_agent import OidTuple, Value
 from fakes.snmp_recording import free_udp_port, snmp_get_blocking
 
@@ -99,13 +100,7 @@ class NetSnmpd:
     def stop(self) -> None:
         """Stop snmpd and remove its directory."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
         if self._log is not None:
             self._log.close()
             self._log = None

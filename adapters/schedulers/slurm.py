@@ -17,7 +17,6 @@ leaves nodes held by someone else alone.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ import orjson
 
 from adapters.base import DeliveryError
 from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.command import run_command
 from adapters.schedulers.slurm_auth import JwtToken, TokenError
 from adapters.schedulers.slurm_versions import (
     PERMANENT_ERRORS,
@@ -296,25 +296,11 @@ class SlurmSink:
 
     async def _scontrol_run(self, *args: str) -> tuple[int, str, str]:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._scontrol,
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
-            )
+            return await run_command([*self._scontrol, *args], self._timeout_s, self._env)
         except OSError as err:
             raise DeliveryError(f"cannot run {self._scontrol[0]!r}: {err}", permanent=True) from err
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                out, err_out = await proc.communicate()
         except TimeoutError as err:
-            proc.kill()
-            await proc.wait()
             raise DeliveryError(f"scontrol {' '.join(args[:2])} timed out") from err
-        rc = proc.returncode if proc.returncode is not None else -1
-        return rc, out.decode(errors="replace").strip(), err_out.decode(errors="replace").strip()
 
     async def close(self) -> None:
         """Close the HTTP session."""

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import orjson
 
+from adapters.schedulers.command import run_command
+
 log = logging.getLogger(__name__)
 
 
@@ -111,25 +113,14 @@ class JwtToken:
 
     async def _refresh_locked(self) -> None:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
+            rc, out, err_out = await run_command(self._command, self._timeout)
         except OSError as err:
             raise TokenError(f"token refresh command {self._command[0]!r}: {err}") from err
-        try:
-            async with asyncio.timeout(self._timeout):
-                out, err_out = await proc.communicate()
         except TimeoutError as err:
-            proc.kill()
-            await proc.wait()
             raise TokenError(f"token refresh command timed out after {self._timeout}s") from err
-        if proc.returncode != 0:
-            msg = err_out.decode(errors="replace").strip()[:200]
-            raise TokenError(f"token refresh command exited {proc.returncode}: {msg}")
-        token = parse_token_output(out.decode(errors="replace")) or self._read_file()
+        if rc != 0:
+            raise TokenError(f"token refresh command exited {rc}: {err_out[:200]}")
+        token = parse_token_output(out) or self._read_file()
         self._token = token
         self.refreshes += 1
         exp = token_expiry(token)

@@ -1,0 +1,32 @@
+"""Run a short external command (scontrol, a token refresh) without blocking the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+
+async def run_command(
+    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
+) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr), stripped; a command past its time is killed.
+
+    Raises OSError when the command cannot be started and TimeoutError when it
+    runs too long; callers turn both into their own error types.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    rc = proc.returncode if proc.returncode is not None else -1
+    return rc, out.decode(errors="replace").strip(), err.decode(errors="replace").strip()
