@@ -30,7 +30,7 @@ from adapters.base import SchedulerSink
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from bench.report import Row, median
-from daemon.outbox import Outbox, Status
+from daemon.delivery.outbox import Outbox, Status
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 

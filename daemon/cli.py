@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 
 from adapters.errors import SourceError
-from daemon import replay_cmd
 from daemon.config import Config, ConfigError, load_config
-from daemon.logs import setup_logging
+from daemon.replay import command as replay_cmd
+from daemon.service.logs import setup_logging
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 1
@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run(config: Config, path: Path) -> int:
-    from daemon.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
+    from daemon.service.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
 
     try:
         daemon = Daemon(config, config_path=path)
@@ -87,8 +87,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 async def _probe(config: Config, name: str, *, as_json: bool) -> int:
-    from daemon.api import reading_to_dict  # noqa: PLC0415
-    from daemon.sources import build_adapter  # noqa: PLC0415
+    from daemon.http.api import reading_to_dict  # noqa: PLC0415
+    from daemon.service.sources import build_adapter  # noqa: PLC0415
 
     cfg = config.sources[name]
     try:

@@ -9,7 +9,7 @@ from policies.forecast import TrendSettings
 
 @dataclass(frozen=True, slots=True)
 class PolicySettings:
-    """The policy's settings; validated by the daemon's config (daemon/config_policy.py)."""
+    """The policy's settings; validated by the daemon's config (daemon/config/policy.py)."""
 
     # Thermal margin = slowdown temperature - GPU temperature (both from NVML).
     enter_margin_c: float = 5.0  # drain at or under this margin, forecast or not

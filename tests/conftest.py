@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 
 from fakes.scheduler import FakeWebhookScheduler
-
-ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
-WEBHOOK_SECRET = b"test-webhook-secret"
+from tests.support.secrets import WEBHOOK_SECRET
 
 
 @pytest.fixture(autouse=True)

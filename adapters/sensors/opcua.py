@@ -80,7 +80,7 @@ _MIN_SUBSCRIPTION_LIFETIME_S = 60.0  # the server keeps our subscription this lo
 
 @dataclass(frozen=True, slots=True)
 class OpcuaSettings:
-    """Everything the adapter needs; built from the config by daemon/config_opcua.py."""
+    """Everything the adapter needs; built from the config by daemon/config/opcua.py."""
 
     session: SessionSettings
     profile: CduProfile

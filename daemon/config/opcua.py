@@ -1,0 +1,202 @@
+"""The [sources.NAME] table for a CDU over OPC-UA (``type = "opcua"``), and its adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
+
+from adapters.errors import SourceSetupError
+from adapters.sensors.opcua_profiles import load_profile, parse_path, profile_names
+from daemon.config.secrets import read_secret, resolve_secret, secret_problem
+from daemon.config.sources import SourceTiming, timing_of, timing_problems
+from daemon.config.typed_toml import bounded
+
+if TYPE_CHECKING:  # asyncua is imported only when an OPC-UA source is configured
+    from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings
+
+Problems = Iterator[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class OpcuaSourceConfig:
+    """A coolant distribution unit read over OPC-UA."""
+
+    type: Literal["opcua"]
+    # opc.tcp://host:port[/path] of the CDU's OPC-UA server.
+    url: str
+    interval_s: float = bounded(1.0, gt=0, le=3600)
+    # Covers a whole reconnect (TCP, secure channel, session, browse, subscribe).
+    timeout_s: float = bounded(0.9, gt=0)
+    backoff_initial_s: float = bounded(1.0, gt=0)
+    backoff_max_s: float = bounded(30.0, gt=0)
+    down_after: int = bounded(3, ge=1)
+    # subscription: the server pushes changes (normal); poll: one Read per interval.
+    # A server that refuses subscriptions is polled either way.
+    mode: Literal["subscription", "poll"] = "subscription"
+    # Sampling and publishing interval of the subscription.
+    sampling_interval_s: float = bounded(1.0, gt=0, le=3600)
+    # Absolute deadband (in the server's unit) for analog values; 0 reports every change.
+    deadband: float = bounded(0.0, ge=0)
+    # The server sends a keep-alive after this much silence (subscription mode).
+    keepalive_s: float = bounded(5.0, gt=0)
+    # Values turn UNCERTAIN, then BAD, when the server stays silent this long.
+    stale_after_s: float = bounded(15.0, gt=0)
+    bad_after_s: float = bounded(30.0, gt=0)
+    # Timeout of one OPC-UA request (connect steps included).
+    request_timeout_s: float = bounded(2.0, gt=0, le=120)
+    # Which variables mean what: a profile shipped in adapters/sensors/cdu_profiles.
+    profile: str = "generic"
+    # The CDU object: a browse path from Objects ("alias:Name/...") or a NodeId
+    # ("ns=2;s=CDU", "nsu=urn:vendor;s=CDU"); "" uses the profile's.
+    root: str = ""
+    # NodeIds for some variables, used instead of their browse paths.
+    nodes: dict[str, str] = field(default_factory=dict)
+    # Namespace URIs for the profile's aliases, e.g. { cdu = "urn:vendor:cdu" }.
+    namespaces: dict[str, str] = field(default_factory=dict)
+    # Profile variables to read; empty reads all.
+    variables: list[str] = field(default_factory=list)
+    security_policy: Literal["None", "Basic256Sha256"] = "None"
+    security_mode: Literal["None", "Sign", "SignAndEncrypt"] = "None"
+    certificate_file: Path | None = None
+    private_key_file: Path | None = None
+    private_key_password_file: Path | None = None
+    # The server certificate(s) rackguard trusts (PEM bundle or DER).
+    server_certificate_file: Path | None = None
+    username: str = ""
+    password_file: Path | None = None
+
+    @property
+    def timing(self) -> SourceTiming:
+        """The runner's view of this source."""
+        return timing_of(self)
+
+    def validate(self) -> Problems:
+        """Cross-field checks: timing, staleness, profile, security and secret files."""
+        yield from timing_problems(self)
+        parts = urlsplit(self.url)
+        if parts.scheme != "opc.tcp" or not parts.hostname:
+            yield "url", f"must be an opc.tcp://host:port URL, got {self.url!r}"
+        if self.mode == "subscription" and self.stale_after_s <= self.keepalive_s:
+            yield (
+                "stale_after_s",
+                f"must be more than keepalive_s ({self.keepalive_s}), else steady values"
+                f" turn stale between keep-alives; got {self.stale_after_s}",
+            )
+        if self.bad_after_s <= self.stale_after_s:
+            yield (
+                "bad_after_s",
+                f"must be more than stale_after_s ({self.stale_after_s}), got {self.bad_after_s}",
+            )
+        yield from self._check_profile()
+        yield from self._check_security()
+
+    def _check_profile(self) -> Problems:
+        if self.profile not in profile_names():
+            yield "profile", f"must be one of {', '.join(profile_names())}, got {self.profile!r}"
+            return
+        try:
+            profile = load_profile(self.profile)
+        except SourceSetupError as err:
+            yield "profile", str(err)
+            return
+        known = {v.key for v in profile.variables}
+        for key in [*self.nodes, *self.variables]:
+            if key not in known:
+                yield (
+                    f"nodes.{key}" if key in self.nodes else "variables",
+                    f"{key!r} is not a variable of profile {self.profile!r}"
+                    f" ({', '.join(sorted(known))})",
+                )
+        if self.root and not self.root.startswith(("ns=", "nsu=", "i=", "s=")):
+            try:
+                for element in parse_path(self.root):
+                    aliases = {**profile.namespaces, **self.namespaces}
+                    if element.namespace not in aliases and not element.namespace.isdigit():
+                        yield "root", f"namespace alias {element.namespace!r} is not declared"
+            except ValueError as err:
+                yield "root", str(err)
+
+    def _check_security(self) -> Problems:
+        secure = self.security_policy != "None"
+        if secure != (self.security_mode != "None"):
+            yield (
+                "security_mode",
+                f"must be Sign or SignAndEncrypt with policy {self.security_policy}, and None"
+                f" without one; got {self.security_mode}",
+            )
+        if secure:
+            for key in ("certificate_file", "private_key_file", "server_certificate_file"):
+                path = getattr(self, key)
+                if path is None:
+                    yield key, f"is required with security_policy {self.security_policy}"
+                elif not path.is_file():
+                    yield key, f"{str(path)!r} is not a readable file"
+        if self.username and self.password_file is None:
+            yield "password_file", "is required with username"
+        if self.password_file is not None and not self.username:
+            yield "username", "is required with password_file"
+        for key in ("password_file", "private_key_password_file"):
+            path = getattr(self, key)
+            if path is not None:
+                problem = secret_problem(resolve_secret(path))
+                if problem:
+                    yield key, problem
+
+
+def _secret_reader(path: Path | None) -> Callable[[], str] | None:
+    """Reads the secret at every connect, so a rotated password needs no restart."""
+    if path is None:
+        return None
+
+    def read() -> str:
+        try:
+            return read_secret(path).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise SourceSetupError(f"secret file {str(path)!r} cannot be read: {err}") from err
+
+    return read
+
+
+def opcua_settings(cfg: OpcuaSourceConfig) -> OpcuaSettings:
+    """The adapter's settings for one configured source (the profile is loaded here)."""
+    from adapters.sensors.opcua import OpcuaSettings  # noqa: PLC0415
+    from adapters.sensors.opcua_session import SecuritySettings, SessionSettings  # noqa: PLC0415
+
+    session = SessionSettings(
+        url=cfg.url,
+        request_timeout_s=cfg.request_timeout_s,
+        security=SecuritySettings(
+            policy=cfg.security_policy,
+            mode=cfg.security_mode,
+            certificate=cfg.certificate_file,
+            private_key=cfg.private_key_file,
+            private_key_password=_secret_reader(cfg.private_key_password_file),
+            server_certificate=cfg.server_certificate_file,
+        ),
+        username=cfg.username or None,
+        password=_secret_reader(cfg.password_file),
+    )
+    return OpcuaSettings(
+        session=session,
+        profile=load_profile(cfg.profile),
+        mode=cfg.mode,
+        sampling_interval_s=cfg.sampling_interval_s,
+        deadband=cfg.deadband,
+        keepalive_s=cfg.keepalive_s,
+        stale_after_s=cfg.stale_after_s,
+        bad_after_s=cfg.bad_after_s,
+        root=cfg.root,
+        nodes=dict(cfg.nodes),
+        namespaces=dict(cfg.namespaces),
+        variables=tuple(cfg.variables),
+    )
+
+
+def build_opcua_adapter(name: str, cfg: OpcuaSourceConfig) -> OpcuaAdapter:
+    """The adapter for one ``type = "opcua"`` source."""
+    from adapters.sensors.opcua import OpcuaAdapter  # noqa: PLC0415
+
+    return OpcuaAdapter(name, opcua_settings(cfg))

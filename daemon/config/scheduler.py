@@ -1,0 +1,166 @@
+"""The [scheduler] table: where decisions go, and how they are kept until confirmed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from daemon.config.secrets import resolve_secret, secret_problem
+from daemon.config.typed_toml import bounded
+
+Problems = Iterator[tuple[str, str]]
+
+_TAINT_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _url_problem(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http:// or https:// URL, got {url!r}"
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeliverySettings:
+    """Keys every scheduler type shares: the outbox, retries and reconciliation."""
+
+    # The SQLite outbox: decisions are written here before they are sent and
+    # survive restarts. Unset: kept in memory only (lost on restart; a warning
+    # says so at start). Under systemd: StateDirectory=rackguard and
+    # "/var/lib/rackguard/outbox.sqlite3".
+    outbox_path: Path | None = None
+    retry_initial_s: float = bounded(1.0, gt=0)
+    retry_max_s: float = bounded(60.0, gt=0)
+    # Read the scheduler's view of our nodes this often and converge it to the
+    # intended state (sinks that can read nodes: slurm, kubernetes). 0: never.
+    reconcile_interval_s: float = bounded(60.0, ge=0)
+
+    def delivery_problems(self) -> Problems:
+        """Retry bounds and the outbox's directory."""
+        if self.retry_max_s < self.retry_initial_s:
+            yield "retry_max_s", f"must be at least retry_initial_s ({self.retry_initial_s})"
+        # A missing directory is fine: the outbox creates it (or systemd's StateDirectory=).
+        if self.outbox_path is not None and self.outbox_path.is_dir():
+            yield "outbox_path", f"{str(self.outbox_path)!r} is a directory; name a file in it"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSchedulerConfig(DeliverySettings):
+    """Decisions POSTed as signed JSON to an HTTP endpoint."""
+
+    type: Literal["webhook"]
+    url: str
+    # HMAC-SHA256 key; the file's contents, never the key itself, live in config.
+    secret_file: Path
+    timeout_s: float = bounded(5.0, gt=0, le=120)
+
+    def validate(self) -> Problems:
+        """URL shape, secret readability, retry bounds."""
+        problem = _url_problem(self.url)
+        if problem:
+            yield "url", problem
+        problem = secret_problem(resolve_secret(self.secret_file))
+        if problem:
+            yield "secret_file", problem
+        yield from self.delivery_problems()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmSchedulerConfig(DeliverySettings):
+    """Slurm through slurmrestd (JWT), writing through scontrol where REST cannot."""
+
+    type: Literal["slurm"]
+    # e.g. "http://127.0.0.1:6820". Empty: read and write through scontrol only.
+    rest_url: str = ""
+    # The user the token belongs to (X-SLURM-USER-NAME); it must be a Slurm administrator.
+    user: str = "root"
+    # A file holding the JWT (or "SLURM_JWT=<token>"); required with rest_url.
+    token_file: Path | None = None
+    # Run to get a fresh token before the current one expires and after a 401/511;
+    # it prints the token (e.g. ["scontrol", "token", "lifespan=3600"]) or rewrites token_file.
+    token_refresh_command: tuple[str, ...] = ()
+    token_refresh_before_s: float = bounded(300.0, ge=0)
+    # "x-slurm": X-SLURM-USER-NAME/-TOKEN headers; "bearer": Authorization: Bearer.
+    auth: Literal["x-slurm", "bearer"] = "x-slurm"
+    # e.g. "v0.0.40". Empty: the newest the server offers.
+    api_version: str = ""
+    # auto: REST where the server can update nodes (Slurm >= 23.02), else scontrol.
+    write_via: Literal["auto", "rest", "scontrol"] = "auto"
+    scontrol: tuple[str, ...] = ("scontrol",)
+    # SLURM_CONF for scontrol; unset: scontrol's own default.
+    slurm_conf: Path | None = None
+    timeout_s: float = bounded(10.0, gt=0, le=120)
+
+    def validate(self) -> Problems:
+        """URL, token file, write path and version spelling."""
+        if self.rest_url:
+            problem = _url_problem(self.rest_url)
+            if problem:
+                yield "rest_url", problem
+            if self.token_file is None:
+                yield "token_file", "required with rest_url (slurmrestd wants a JWT)"
+            elif not self.token_refresh_command:
+                problem = secret_problem(resolve_secret(self.token_file))
+                if problem:
+                    yield "token_file", problem
+        elif self.write_via == "rest":
+            yield "write_via", "'rest' needs rest_url"
+        if self.api_version and not re.fullmatch(r"v\d+\.\d+\.\d+", self.api_version):
+            yield "api_version", f"must look like 'v0.0.40', got {self.api_version!r}"
+        if not self.scontrol:
+            yield "scontrol", "must name the scontrol command"
+        yield from self.delivery_problems()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubernetesSchedulerConfig(DeliverySettings):
+    """Kubernetes: cordon and taint the node; evict its pods if asked."""
+
+    type: Literal["kubernetes"]
+    # e.g. "https://10.0.0.1:6443". Empty: in-cluster (KUBERNETES_SERVICE_HOST/PORT)
+    # or the kubeconfig's current context.
+    api_url: str = ""
+    # Service-account token; empty with api_url empty: the in-cluster account's.
+    token_file: Path | None = None
+    ca_file: Path | None = None
+    # A kubeconfig (token users only): server, CA and token of its current context.
+    kubeconfig: Path | None = None
+    insecure_skip_tls_verify: bool = False
+    taint_key: str = "rackguard.io/thermal"
+    # Evict the node's pods through the Eviction API on drain (honours PodDisruptionBudgets).
+    evict_on_drain: bool = False
+    # Record each change as a Kubernetes Event on the node too (the annotation is always set).
+    record_events: bool = True
+    timeout_s: float = bounded(10.0, gt=0, le=120)
+
+    def validate(self) -> Problems:
+        """URL, credentials and the taint key's spelling."""
+        if self.api_url:
+            problem = _url_problem(self.api_url)
+            if problem:
+                yield "api_url", problem
+        if self.kubeconfig is not None and (self.api_url or self.token_file):
+            yield "kubeconfig", "give either kubeconfig or api_url/token_file, not both"
+        if self.kubeconfig is not None and not self.kubeconfig.is_file():
+            yield "kubeconfig", f"file {str(self.kubeconfig)!r} does not exist"
+        if self.token_file is not None:
+            problem = secret_problem(resolve_secret(self.token_file))
+            if problem:
+                yield "token_file", problem
+        if self.api_url and self.token_file is None:
+            yield "token_file", "required with api_url (the service account's token)"
+        if self.ca_file is not None and not self.ca_file.is_file():
+            yield "ca_file", f"file {str(self.ca_file)!r} does not exist"
+        # Neither api_url nor kubeconfig means the in-cluster service account; that
+        # is checked at start (it depends on the environment, not on this file).
+        if not _TAINT_KEY.match(self.taint_key):
+            yield "taint_key", f"not a valid taint key: {self.taint_key!r}"
+        yield from self.delivery_problems()
+
+
+# One arm per scheduler type (the `type` key picks it).
+SchedulerConfig = WebhookSchedulerConfig | SlurmSchedulerConfig | KubernetesSchedulerConfig

@@ -1,0 +1,1 @@
+"""Getting decisions to the scheduler: the durable outbox, the sinks, reconciliation."""

@@ -1,0 +1,1 @@
+"""The HTTP side: the API, its OpenAPI description, the event stream, metrics."""

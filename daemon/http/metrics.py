@@ -1,0 +1,186 @@
+"""Prometheus metrics: gauges read from the daemon's state at scrape time.
+
+Only the poll-duration histogram and the decision counter are updated as things
+happen; every other family is built from the latest readings when /metrics is
+scraped, so the poll path pays nothing for them. One registry per daemon (the
+demo runs several daemons in one process).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from policies.model import Decision, Reading, SensorKind
+
+if TYPE_CHECKING:
+    from daemon.service.app import Daemon
+    from daemon.service.runner import SourceRunner
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# (metric name, help, label names, how to get the label values from a reading)
+_LabelFn = Callable[[Reading], list[str]]
+_FAMILIES: dict[SensorKind, tuple[str, str, list[str], _LabelFn]] = {
+    SensorKind.GPU_TEMPERATURE: (
+        "rackguard_gpu_temperature_celsius",
+        "GPU core temperature.",
+        ["gpu", "uuid"],
+        lambda r: [r.labels.get("gpu", ""), r.labels.get("uuid", "")],
+    ),
+    SensorKind.GPU_MEMORY_TEMPERATURE: (
+        "rackguard_gpu_memory_temperature_celsius",
+        "GPU memory (HBM) temperature.",
+        ["gpu", "uuid"],
+        lambda r: [r.labels.get("gpu", ""), r.labels.get("uuid", "")],
+    ),
+    SensorKind.GPU_POWER: (
+        "rackguard_gpu_power_watts",
+        "GPU power draw.",
+        ["gpu", "uuid"],
+        lambda r: [r.labels.get("gpu", ""), r.labels.get("uuid", "")],
+    ),
+    SensorKind.GPU_POWER_LIMIT: (
+        "rackguard_gpu_power_limit_watts",
+        "GPU enforced power limit.",
+        ["gpu", "uuid"],
+        lambda r: [r.labels.get("gpu", ""), r.labels.get("uuid", "")],
+    ),
+    SensorKind.INLET_TEMPERATURE: (
+        "rackguard_inlet_temperature_celsius",
+        "Rack inlet air temperature by probe.",
+        ["pdu", "probe"],
+        lambda r: [r.source, r.labels.get("probe", r.sensor)],
+    ),
+    SensorKind.COOLANT_SUPPLY_TEMPERATURE: (
+        "rackguard_coolant_supply_temperature_celsius",
+        "Coolant supply temperature.",
+        ["source"],
+        lambda r: [r.source],
+    ),
+    SensorKind.COOLANT_RETURN_TEMPERATURE: (
+        "rackguard_coolant_return_temperature_celsius",
+        "Coolant return temperature.",
+        ["source"],
+        lambda r: [r.source],
+    ),
+    SensorKind.COOLANT_FLOW: (
+        "rackguard_coolant_flow_liters_per_minute",
+        "Coolant flow.",
+        ["source"],
+        lambda r: [r.source],
+    ),
+}
+
+
+class _StateCollector(Collector):
+    """Builds the gauge families from the daemon's latest state."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family; BAD, UNCERTAIN and stale readings are left out."""
+        d = self._daemon
+        families: dict[SensorKind, GaugeMetricFamily] = {}
+        margin = GaugeMetricFamily(
+            "rackguard_gpu_thermal_margin_celsius",
+            "Slowdown temperature minus GPU temperature.",
+            labels=["gpu", "uuid"],
+        )
+        slowdown: dict[tuple[str, str], float] = {}
+        temps: dict[tuple[str, str], float] = {}
+        now = time.monotonic()
+        gpu_stale = d.config.policy.stale_after_s
+        rack_stale = d.config.policy.rack_stale_after_s
+        for r in d.store.readings():
+            if not r.usable or r.value is None:
+                continue
+            # A source that stopped reporting must not look frozen and healthy:
+            # its series leave the scrape once stale (rackguard_source_up says why).
+            limit = gpu_stale if r.kind.value.startswith("gpu_") else rack_stale
+            if now - r.mono > limit:
+                continue
+            key = (r.labels.get("gpu", ""), r.labels.get("uuid", ""))
+            if r.kind is SensorKind.GPU_SLOWDOWN_THRESHOLD:
+                slowdown[key] = r.value
+            elif r.kind is SensorKind.GPU_TEMPERATURE:
+                temps[key] = r.value
+            spec = _FAMILIES.get(r.kind)
+            if spec is None:
+                continue
+            name, doc, labels, values = spec
+            fam = families.get(r.kind)
+            if fam is None:
+                fam = families[r.kind] = GaugeMetricFamily(name, doc, labels=labels)
+            fam.add_metric(values(r), r.value)
+        for key, temp in temps.items():
+            if key in slowdown:
+                margin.add_metric(list(key), slowdown[key] - temp)
+        yield from families.values()
+        yield margin
+
+        up = GaugeMetricFamily(
+            "rackguard_source_up",
+            "1 when the source's last poll succeeded.",
+            labels=["source", "health"],
+        )
+        for runner in d.runners:
+            up.add_metric([runner.name, runner.health.value], 1.0 if runner.health == "up" else 0.0)
+        yield up
+
+        ttt = GaugeMetricFamily(
+            "rackguard_time_to_threshold_seconds",
+            "Forecast time until a subject reaches its threshold.",
+            labels=["subject", "domain"],
+        )
+        outcome = d.engine.last
+        if outcome is not None:
+            for a in (outcome.node, *outcome.gpus):
+                if a.time_to_threshold_s is not None:
+                    ttt.add_metric([a.subject, a.domain.value], a.time_to_threshold_s)
+        yield ttt
+
+        yield GaugeMetricFamily(
+            "rackguard_outbox_pending",
+            "Decisions waiting for the scheduler to confirm them.",
+            value=len(d.delivery.pending()),
+        )
+
+
+class Metrics:
+    """The daemon's registry and the two families updated as events happen."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StateCollector(daemon))
+        self.poll_duration = Histogram(
+            "rackguard_poll_duration_seconds",
+            "Duration of one poll of a source (connect + read).",
+            ["source"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "rackguard_decisions",
+            "Decisions made, by action and fault domain.",
+            ["action", "domain"],
+            registry=self.registry,
+        )
+
+    def observe_poll(self, runner: SourceRunner, duration_s: float) -> None:
+        """Record one poll attempt's duration."""
+        self.poll_duration.labels(runner.name).observe(duration_s)
+
+    def count_decision(self, decision: Decision) -> None:
+        """Count one decision."""
+        self.decisions.labels(decision.action.value, decision.domain.value).inc()
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""Recording readings as traces and replaying the policy over them."""

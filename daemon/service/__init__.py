@@ -1,0 +1,1 @@
+"""The running process: sources, state, the policy loop, supervision, systemd."""

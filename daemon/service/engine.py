@@ -1,0 +1,124 @@
+"""Runs the predictive policy over the latest readings on a fixed cadence and hands decisions on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from daemon.service.state import StateStore
+from policies.model import Action, Condition, Decision, FaultDomain
+from policies.policy import Outcome, Policy
+from policies.rules import NodeState
+from policies.safety import ClusterLedger, ClusterView, Overrides
+from policies.settings import PolicySettings
+
+log = logging.getLogger(__name__)
+
+LOCAL_RACK = "local"  # the rack name when the node's rack is not configured
+
+
+class PolicyEngine:
+    """Owns this node's policy state; the policy itself stays pure.
+
+    The node is evaluated with the rack evidence its own sources report (PDU
+    inlet air, coolant). ``cluster_view`` supplies what other nodes look like
+    (out of service, recent trips and resumes) for budgets, the storm breaker
+    and the resume stagger; until a scheduler-fed view is wired in, it is this
+    agent's own ledger. ``overrides`` holds the operator's pins, pause and storm
+    reset (set by the API).
+    """
+
+    def __init__(
+        self,
+        node: str,
+        settings: PolicySettings,
+        store: StateStore,
+        on_decision: Callable[[Decision], None],
+        *,
+        rack: str = "",
+        history: int = 1000,
+    ) -> None:
+        self.node = node
+        self.rack = rack or LOCAL_RACK
+        self._store = store
+        self._on_decision = on_decision
+        racks = {self.rack: (node,)}
+        self.policy = Policy(settings, racks, default_node=node)
+        self.ledger = ClusterLedger(racks, _ledger_horizon(settings))
+        self.cluster_view: Callable[[float], ClusterView] = self.ledger.view
+        self.overrides = Overrides()
+        self.last: Outcome | None = None
+        self.decisions: deque[Decision] = deque(maxlen=history)
+
+    @property
+    def settings(self) -> PolicySettings:
+        """The policy settings in force; assigning new ones keeps the node's state."""
+        return self.policy.settings
+
+    @settings.setter
+    def settings(self, new: PolicySettings) -> None:
+        self.policy.settings = new
+        self.ledger.horizon_s = _ledger_horizon(new)
+
+    @property
+    def state(self) -> NodeState:
+        """The node's policy state (action, since, healthy timer, epoch, domain)."""
+        return self.policy.states[self.node]
+
+    def evaluate_once(self, now: float, wall: float) -> Outcome:
+        """One pass of the policy at monotonic ``now``."""
+        self.policy.observe(self._store.readings())
+        outcome = self.policy.evaluate(
+            now, wall, self.cluster_view(now), self.overrides, nodes=(self.node,)
+        )[self.node]
+        before = self.last
+        self._log_changes(before, outcome)
+        self.last = outcome
+        if outcome.decision is not None:
+            d = outcome.decision
+            self.ledger.record(d, now, critical=outcome.critical, following=outcome.following)
+            self.decisions.append(d)
+            verb = "would " + d.action.value if d.dry_run else d.action.value
+            log.info("%s: decision %s, domain %s: %s [%s]", d.node, verb, d.domain, d.reason, d.key)
+            self._on_decision(d)
+        return outcome
+
+    def _log_changes(self, before: Outcome | None, after: Outcome) -> None:
+        old = before.node.condition if before else None
+        new = after.node.condition
+        if new != old:
+            # Decisions are the state changes worth INFO; data going missing
+            # (UNKNOWN) or coming back is worth saying once too.
+            level = logging.DEBUG
+            if old is not None and Condition.UNKNOWN in (old, new):
+                level = logging.WARNING if new is Condition.UNKNOWN else logging.INFO
+            detail = after.node.detail or "no detail"
+            log.log(level, "%s: thermal condition %s (%s)", self.node, new, detail)
+        if after.note != (before.note if before else "") and after.note.startswith(
+            ("drain withheld", "staggered")
+        ):
+            log.info("%s: %s", self.node, after.note)
+
+    def restore(self, action: Action, now: float, domain: FaultDomain = FaultDomain.NONE) -> None:
+        """Adopt a state decided earlier (e.g. across a restart), with its fault domain.
+
+        Out for the cooling loop or the rack, the node is not resumed before that
+        evidence has been seen fresh again.
+        """
+        self.policy.restore(self.node, action, now, domain)
+        self.ledger.restore(self.node, action, self.policy.states[self.node].domain, now)
+
+    async def run(self, interval_s: float) -> None:
+        """Evaluate every ``interval_s`` seconds until cancelled."""
+        while True:
+            # time.monotonic(), not loop.time(): readings are stamped with it,
+            # and uvloop's loop clock is a different (cached, ms) clock.
+            self.evaluate_once(time.monotonic(), time.time())
+            await asyncio.sleep(interval_s)
+
+
+def _ledger_horizon(s: PolicySettings) -> float:
+    return max(s.storm_window_s, s.resume_window_s)

@@ -1,0 +1,269 @@
+"""Against a real Slurm 22.05 (Debian 12): slurmctld, four slurmd, slurmrestd with JWT.
+
+The REST read path and the scontrol write path, through the outbox and the
+reconciler exactly as the daemon uses them: drain, exclude, resume, a node an
+administrator drained left alone, and a node resumed by hand drained again.
+The cluster is installed (apt) and started once per session by the project's
+scripts, on free ports, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from adapters.schedulers.slurm import SlurmSink
+from adapters.schedulers.slurm_auth import JwtToken
+from daemon.delivery.outbox import Outbox, Status
+from daemon.delivery.reconcile import Finding, Reconciler
+from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.paths import ROOT
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.slurm
+
+
+NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What start-slurm.sh printed."""
+
+    dir: Path
+    conf: Path
+    rest_url: str
+    token_file: Path
+    env: dict[str, str]
+
+    def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run scontrol against this cluster, as an administrator at the console would."""
+        return subprocess.run(
+            ["scontrol", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=30,
+        )
+
+    def show(self, node: str) -> str:
+        """``scontrol show node`` as one line."""
+        return self.scontrol("-o", "show", "node", node).stdout
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ports(count: int) -> list[int]:
+    """``count`` consecutive free TCP ports (slurmd ports must be consecutive)."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 40000)
+        ports = list(range(base, base + count))
+        if all(_free(p) for p in ports):
+            return ports
+    raise RuntimeError("no free port range")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """Install (if needed) and start Slurm for this session; stop it afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("the real-Slurm tests run as root (munged, slurmctld, slurmd); CI does")
+    install = subprocess.run(
+        [str(ROOT / "scripts/install-slurm.sh")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stderr
+    # Under /tmp: every parent must be traversable by nobody (slurmrestd).
+    work = Path(tempfile.mkdtemp(prefix="rg-slurm-", dir="/tmp"))
+    work.chmod(0o755)
+    ctld, rest, *slurmd = _ports(2 + len(NODES))
+    env = dict(
+        os.environ,
+        SLURM_CI_NODES=str(len(NODES)),
+        SLURM_CI_CTLD_PORT=str(ctld),
+        SLURM_CI_REST_PORT=str(rest),
+        SLURM_CI_SLURMD_BASE_PORT=str(slurmd[0]),
+    )
+    started = subprocess.run(
+        [str(ROOT / "scripts/start-slurm.sh"), str(work)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    try:
+        assert started.returncode == 0, started.stderr
+        values = dict(line.split("=", 1) for line in started.stdout.split())
+        conf = Path(values["SLURM_CONF"])
+        yield Cluster(
+            work,
+            conf,
+            values["SLURM_REST_URL"],
+            Path(values["SLURM_JWT_FILE"]),
+            dict(os.environ, SLURM_CONF=str(conf)),
+        )
+    finally:
+        subprocess.run(
+            [str(ROOT / "scripts/stop-slurm.sh"), str(work)],
+            check=False,
+            env=dict(os.environ, SLURM_CI_PURGE="1"),
+            capture_output=True,
+            timeout=120,
+        )
+
+
+@pytest.fixture
+def clean(cluster: Cluster) -> Iterator[Cluster]:
+    """Every node back in service after each test."""
+    yield cluster
+    for node in NODES:
+        cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
+
+
+@pytest.fixture
+async def sink(clean: Cluster) -> AsyncIterator[SlurmSink]:
+    s = SlurmSink(
+        clean.rest_url, token=JwtToken(clean.token_file), slurm_conf=clean.conf, timeout_s=20.0
+    )
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def outbox(tmp_path: Path, sink: SlurmSink) -> Iterator[Outbox]:
+    box = Outbox(tmp_path / "outbox.sqlite3", sink, retry_initial_s=0.05, retry_max_s=0.2)
+    yield box
+    box.close()
+
+
+def decision(node: str, action: Action, epoch: int = 1) -> Decision:
+    return Decision(
+        node,
+        action,
+        f"{REASON_PREFIX} real slurm {action} #{epoch}",
+        FaultDomain.GPU,
+        float(epoch),
+        idempotency_key(node, action, epoch),
+    )
+
+
+async def deliver_all(outbox: Outbox, *decisions: Decision) -> None:
+    task = asyncio.create_task(outbox.run())
+    try:
+        for d in decisions:
+            outbox.submit(d)
+        await wait_until(lambda: not outbox.pending(), timeout=60)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_rest_reads_nodes_and_writes_fall_back_to_scontrol(sink: SlurmSink) -> None:
+    views = await sink.read_state([*NODES, "gpu99"])
+    assert [views[n].exists for n in NODES] == [True] * 4
+    assert not any(views[n].held for n in NODES)
+    assert views["gpu99"].exists is False
+    assert sink.info is not None
+    # 22.05 serves v0.0.36-38 and no node POST: writes must go through scontrol.
+    assert sink.info.versions[-1] == "v0.0.38" and sink.info.node_write == ()
+    one = await sink.read_state(["gpu01"])
+    assert one["gpu01"].detail.startswith("IDLE")
+
+
+async def test_drain_exclude_and_resume_through_the_outbox(clean: Cluster, outbox: Outbox) -> None:
+    await deliver_all(outbox, decision("gpu01", Action.DRAIN))
+    shown = clean.show("gpu01")
+    assert "State=IDLE+DRAIN" in shown and f"Reason={REASON_PREFIX} real slurm drain #1" in shown
+    await deliver_all(outbox, decision("gpu01", Action.EXCLUDE, 2))
+    assert "State=DOWN" in clean.show("gpu01")
+    await deliver_all(outbox, decision("gpu01", Action.RESUME, 3))
+    shown = clean.show("gpu01")
+    assert "DRAIN" not in shown and "DOWN" not in shown.split("Reason=")[0]
+    assert [r.status for r in outbox.history()] == [Status.CONFIRMED] * 3
+    assert outbox.confirmed == {"gpu01": Action.RESUME}
+
+
+async def test_a_drain_by_an_administrator_is_left_alone(clean: Cluster, outbox: Outbox) -> None:
+    clean.scontrol("update", "nodename=gpu02", "state=drain", "reason=maint ticket-1")
+    await deliver_all(outbox, decision("gpu02", Action.EXCLUDE))
+    await deliver_all(outbox, decision("gpu02", Action.RESUME, 2))
+    shown = clean.show("gpu02")
+    assert "State=IDLE+DRAIN" in shown and "Reason=maint ticket-1" in shown
+    assert [r.status for r in outbox.history()] == [Status.SKIPPED, Status.SKIPPED]
+
+
+async def test_a_node_resumed_by_hand_is_drained_again_by_reconciliation(
+    clean: Cluster, outbox: Outbox, sink: SlurmSink
+) -> None:
+    clean.scontrol("update", "nodename=gpu04", "state=drain", "reason=maint ticket-2")
+    await deliver_all(outbox, decision("gpu03", Action.DRAIN), decision("gpu04", Action.DRAIN))
+    clean.scontrol("update", "nodename=gpu03", "state=resume")  # an operator, by hand
+    assert "DRAIN" not in clean.show("gpu03").split("Reason=")[0]
+    reconciler = Reconciler(outbox, sink, interval_s=0.1)
+    findings = {f.node: f.finding for f in await reconciler.reconcile_once()}
+    assert findings == {"gpu03": Finding.DRIFTED, "gpu04": Finding.FOREIGN}
+    await deliver_all(outbox)
+    assert f"Reason={REASON_PREFIX} real slurm drain #1" in clean.show("gpu03")
+    assert "Reason=maint ticket-2" in clean.show("gpu04")
+    again = {f.node: f.finding for f in await reconciler.reconcile_once()}
+    assert again == {"gpu03": Finding.IN_SYNC, "gpu04": Finding.FOREIGN}
+
+
+async def test_unknown_node_is_a_permanent_error(outbox: Outbox) -> None:
+    await deliver_all(outbox, decision("gpu99", Action.DRAIN))
+    ((failed, error),) = outbox.failed
+    assert failed.node == "gpu99" and "does not know this node" in error
+
+
+async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_path: Path) -> None:
+    stale = tmp_path / "jwt"
+    stale.write_text("not-a-valid-token\n")
+    command = ["env", f"SLURM_CONF={clean.conf}", "scontrol", "token", "lifespan=600"]
+    token = JwtToken(stale, refresh_command=command)
+    sink = SlurmSink(clean.rest_url, token=token, slurm_conf=clean.conf, timeout_s=20.0)
+    try:
+        views = await sink.read_state(["gpu01"])
+    finally:
+        await sink.close()
+    assert views["gpu01"].exists and token.refreshes == 1
+
+
+def test_scontrol_output_parses_like_rest(clean: Cluster) -> None:
+    from adapters.schedulers.slurm import parse_scontrol_node  # noqa: PLC0415
+
+    clean.scontrol("update", "nodename=gpu02", "state=drain", f"reason={REASON_PREFIX} x y")
+    view = parse_scontrol_node(clean.show("gpu02"))
+    assert view is not None and view.drained and view.reason == f"{REASON_PREFIX} x y"
+
+
+async def test_reads_through_scontrol_without_rest(clean: Cluster) -> None:
+    sink = SlurmSink(None, slurm_conf=clean.conf, timeout_s=20.0)
+    clean.scontrol("update", "nodename=gpu01", "state=down", "reason=rackguard: down test")
+    try:
+        views = await sink.read_state(["gpu01", "gpu02", "gpu99"])
+    finally:
+        await sink.close()
+    assert views["gpu01"].down and views["gpu01"].ours
+    assert not views["gpu02"].held and not views["gpu99"].exists

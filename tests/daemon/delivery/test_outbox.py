@@ -1,0 +1,397 @@
+"""The durable outbox against a fake slurmrestd over real HTTP: durability, coalescing,
+read-before-write, read-back, ordering, and a ten-minute outage in simulated time."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.schedulers.slurm import SlurmSink
+from adapters.schedulers.slurm_auth import JwtToken
+from daemon.delivery.outbox import Outbox, OutboxBusy, Status
+from fakes.slurmrestd import FakeSlurmrestd
+from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.wait import wait_until
+
+NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
+
+
+def decision(node: str, action: Action, epoch: int = 1) -> Decision:
+    return Decision(
+        node,
+        action,
+        f"{REASON_PREFIX} test {action} #{epoch}",
+        FaultDomain.GPU,
+        float(epoch),
+        idempotency_key(node, action, epoch),
+    )
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlurmrestd]:
+    server = FakeSlurmrestd(NODES)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "jwt"
+    path.write_text("token-root\n")
+    return path
+
+
+@pytest.fixture
+async def sink(fake: FakeSlurmrestd, token_file: Path) -> AsyncIterator[SlurmSink]:
+    s = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=2.0)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def opened(tmp_path: Path) -> Iterator[Callable[..., Outbox]]:
+    """Outboxes on tmp_path/o.db (by default), closed at teardown."""
+    boxes: list[Outbox] = []
+
+    def make(sink: SlurmSink | None, **kw: Any) -> Outbox:
+        kw.setdefault("retry_initial_s", 0.01)
+        kw.setdefault("retry_max_s", 0.02)
+        box = Outbox(kw.pop("path", tmp_path / "o.db"), sink, **kw)
+        boxes.append(box)
+        return box
+
+    yield make
+    for box in boxes:
+        box.close()
+
+
+async def start(outbox: Outbox) -> asyncio.Task[None]:
+    task = asyncio.create_task(outbox.run())
+    await asyncio.sleep(0)
+    return task
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def drained(outbox: Outbox) -> None:
+    await wait_until(lambda: not outbox.pending())
+
+
+def test_pending_decisions_survive_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "outbox.sqlite3"
+    first = Outbox(db, None)
+    first.submit(decision("gpu01", Action.DRAIN))
+    first.submit(decision("gpu02", Action.EXCLUDE))
+    first.close()
+    second = Outbox(db, None)
+    try:
+        got = [(p.decision.node, p.decision.action, p.decision.key) for p in second.pending()]
+        assert got == [
+            ("gpu01", Action.DRAIN, idempotency_key("gpu01", Action.DRAIN, 1)),
+            ("gpu02", Action.EXCLUDE, idempotency_key("gpu02", Action.EXCLUDE, 1)),
+        ]
+        assert second.pending()[0].decision.reason == f"{REASON_PREFIX} test drain #1"
+        assert second._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        second.close()
+
+
+def test_a_second_process_cannot_open_the_same_outbox(tmp_path: Path) -> None:
+    db = tmp_path / "outbox.sqlite3"
+    first = Outbox(db, None)
+    try:
+        with pytest.raises(OutboxBusy):
+            Outbox(db, None)
+    finally:
+        first.close()
+    Outbox(db, None).close()  # free again once closed
+
+
+def test_a_reused_key_gets_its_own_suffix(tmp_path: Path) -> None:
+    # The policy's epochs restart with the process, so keys repeat across restarts.
+    outbox = Outbox(tmp_path / "o.db", None)
+    try:
+        k1 = outbox.submit(decision("gpu01", Action.DRAIN, 1))
+        outbox.submit(decision("gpu01", Action.RESUME, 2))
+        k2 = outbox.submit(decision("gpu01", Action.DRAIN, 1))
+        assert k1 == idempotency_key("gpu01", Action.DRAIN, 1)
+        assert k2 == f"{k1}-1"
+        assert outbox.intents()["gpu01"].key == k2
+    finally:
+        outbox.close()
+
+
+def test_coalescing_keeps_only_what_is_still_needed(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path / "o.db", None)
+    try:
+        outbox.submit(decision("gpu01", Action.DRAIN, 1))
+        outbox.submit(decision("gpu02", Action.DRAIN, 1))
+        outbox.submit(decision("gpu01", Action.RESUME, 2))  # never sent: nothing to undo
+        outbox.submit(decision("gpu02", Action.EXCLUDE, 2))  # escalation replaces the drain
+        assert [(p.decision.node, p.decision.action) for p in outbox.pending()] == [
+            ("gpu02", Action.EXCLUDE)
+        ]
+        statuses = [(r.decision.node, r.decision.action, r.status) for r in outbox.history()]
+        assert statuses == [
+            ("gpu02", Action.EXCLUDE, Status.PENDING),
+            ("gpu01", Action.RESUME, Status.SUPERSEDED),
+            ("gpu02", Action.DRAIN, Status.SUPERSEDED),
+            ("gpu01", Action.DRAIN, Status.SUPERSEDED),
+        ]
+        # The intent is still recorded: gpu01 should be in service.
+        assert outbox.intents()["gpu01"].action is Action.RESUME
+    finally:
+        outbox.close()
+
+
+async def test_delivery_writes_then_reads_back(
+    opened: Callable[..., Outbox], fake: FakeSlurmrestd, sink: SlurmSink
+) -> None:
+    outbox = opened(sink)
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu01", Action.DRAIN))
+        outbox.submit(decision("gpu02", Action.EXCLUDE))
+        await drained(outbox)
+    finally:
+        await stop(task)
+    assert [(w.node, w.state, w.after) for w in fake.writes] == [
+        ("gpu01", "DRAIN", "IDLE+DRAIN"),
+        ("gpu02", "DOWN", "DOWN"),
+    ]
+    assert fake.nodes["gpu01"].reason == f"{REASON_PREFIX} test drain #1"
+    assert outbox.confirmed == {"gpu01": Action.DRAIN, "gpu02": Action.EXCLUDE}
+    assert all(r.outcome.startswith("read back") for r in outbox.history())
+
+
+async def test_a_node_already_as_intended_is_not_written_again(
+    opened: Callable[..., Outbox], fake: FakeSlurmrestd, sink: SlurmSink
+) -> None:
+    # As after a kill -9 between the scheduler applying a drain and the outbox noting it.
+    fake.nodes["gpu01"].flags.append("DRAIN")
+    fake.nodes["gpu01"].reason = f"{REASON_PREFIX} test drain #1"
+    outbox = opened(sink)
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu01", Action.DRAIN))
+        outbox.submit(decision("gpu03", Action.RESUME))  # in service already
+        await drained(outbox)
+    finally:
+        await stop(task)
+    assert fake.writes == []
+    assert [r.status for r in outbox.history()] == [Status.CONFIRMED, Status.CONFIRMED]
+    assert outbox.history()[1].outcome.startswith("already drained")
+
+
+async def test_a_node_drained_by_someone_else_is_left_alone(
+    opened: Callable[..., Outbox], fake: FakeSlurmrestd, sink: SlurmSink
+) -> None:
+    fake.admin_drain("gpu02", "maint ticket-1")
+    outbox = opened(sink)
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu02", Action.EXCLUDE))
+        await drained(outbox)
+        outbox.submit(decision("gpu02", Action.RESUME, 2))  # must never lift the admin's drain
+        outbox.submit(decision("gpu03", Action.DRAIN))
+        await drained(outbox)
+    finally:
+        await stop(task)
+    assert [w.node for w in fake.writes] == ["gpu03"]
+    node = fake.nodes["gpu02"]
+    assert node.flags == ["DRAIN"] and node.reason == "maint ticket-1"
+    skipped = [r for r in outbox.history() if r.status is Status.SKIPPED]
+    assert [r.decision.action for r in skipped] == [Action.RESUME, Action.EXCLUDE]
+    assert all("maint ticket-1" in r.outcome for r in skipped)
+
+
+async def test_an_unconfirmed_write_is_retried_until_read_back(
+    opened: Callable[..., Outbox], fake: FakeSlurmrestd, sink: SlurmSink
+) -> None:
+    fake.drop_writes = 2  # answers 200 twice without applying
+    outbox = opened(sink)
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu01", Action.DRAIN))
+        await drained(outbox)
+    finally:
+        await stop(task)
+    (record,) = outbox.history()
+    assert record.status is Status.CONFIRMED and record.attempts == 3
+    assert len(fake.writes) == 1 and fake.nodes["gpu01"].flags == ["DRAIN"]
+
+
+async def test_permanent_slurm_errors_are_not_retried(
+    opened: Callable[..., Outbox], fake: FakeSlurmrestd, sink: SlurmSink
+) -> None:
+    outbox = opened(sink)
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu99", Action.DRAIN))
+        outbox.submit(decision("gpu01", Action.DRAIN))
+        await drained(outbox)
+    finally:
+        await stop(task)
+    ((failed, error),) = outbox.failed
+    assert failed.node == "gpu99" and "does not know this node" in error
+    assert outbox.confirmed == {"gpu01": Action.DRAIN}
+    node_gets = [p for m, p in fake.requests if p.endswith("/node/gpu99")]
+    assert len(node_gets) == 1  # one read, no retries
+
+
+async def test_a_write_that_may_have_landed_is_not_coalesced_away(
+    opened: Callable[..., Outbox], fake: FakeSlurmrestd, token_file: Path
+) -> None:
+    # The drain is applied but its answer never comes (timeout): the scheduler has
+    # it, rackguard cannot know, so the resume after it must still be sent.
+    fake.slow_writes, fake.slow_write_s = 1, 1.0
+    sink = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=0.3)
+    outbox = opened(sink, retry_initial_s=5.0, retry_max_s=5.0)
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu01", Action.DRAIN))
+        await wait_until(lambda: outbox.pending()[0].last_error)
+        assert fake.nodes["gpu01"].flags == ["DRAIN"]
+        outbox.submit(decision("gpu01", Action.RESUME, 2))
+        assert [p.decision.action for p in outbox.pending()] == [Action.RESUME]
+    finally:
+        await stop(task)
+        await sink.close()
+
+
+class SimTime:
+    """Simulated time for the outbox's backoff sleeps; the test moves it forward."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+        self._waiter: tuple[float, asyncio.Future[bool]] | None = None
+
+    async def sleep(self, delay: float, wake: asyncio.Event) -> None:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiter = (self.now + delay, fut)
+        self.slept.append(delay)
+        woken: asyncio.Future[bool] = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait([fut, woken], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            await asyncio.gather(woken, return_exceptions=True)
+            if self._waiter is not None and self._waiter[1] is fut:
+                self._waiter = None
+
+    async def sleeping(
+        self, idle: Callable[[], bool] = lambda: False
+    ) -> tuple[float, asyncio.Future[bool]] | None:
+        """The sleep in progress once the outbox is in one; None if ``idle()`` first."""
+        async with asyncio.timeout(10):
+            while self._waiter is None or self._waiter[1].done():
+                if idle():
+                    return None
+                await asyncio.sleep(0.001)
+        return self._waiter
+
+    async def advance(
+        self,
+        seconds: float,
+        at: Callable[[float], Awaitable[None]] | None = None,
+        idle: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Let ``seconds`` pass, waking each sleep due meanwhile; ``at(now)`` runs before each."""
+        end = self.now + seconds
+        while True:
+            waiter = await self.sleeping(idle)
+            if waiter is None or waiter[0] > end:
+                break
+            self.now = waiter[0]
+            if at is not None:
+                await at(self.now)
+            waiter[1].set_result(True)
+            await asyncio.sleep(0)
+        self.now = end
+
+
+async def test_ten_minute_outage_queues_survives_restart_coalesces_and_delivers_in_order(
+    tmp_path: Path, token_file: Path
+) -> None:
+    fake = FakeSlurmrestd(NODES)
+    await fake.start()
+    await fake.stop()  # the scheduler is unreachable from the start
+    outage_s = 600.0
+    db = tmp_path / "outbox.sqlite3"
+    clock = SimTime()
+
+    async def scheduler_returns(now: float) -> None:
+        if now >= outage_s and fake.url and not fake.writes and fake._runner is None:
+            await fake.start()
+
+    def open_outbox() -> tuple[Outbox, SlurmSink]:
+        sink = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=1.0)
+        box = Outbox(
+            db, sink, retry_initial_s=1.0, retry_max_s=60.0, rng=random.Random(6), sleep=clock.sleep
+        )
+        return box, sink
+
+    outbox, sink = open_outbox()
+    task = await start(outbox)
+    try:
+        outbox.submit(decision("gpu01", Action.DRAIN, 1))
+        outbox.submit(decision("gpu02", Action.DRAIN, 1))
+        outbox.submit(decision("gpu03", Action.EXCLUDE, 1))
+        await clock.advance(120)
+        backlog = outbox.pending()
+        assert [(p.decision.node, p.decision.action) for p in backlog] == [
+            ("gpu01", Action.DRAIN),
+            ("gpu02", Action.DRAIN),
+            ("gpu03", Action.EXCLUDE),
+        ]
+        assert backlog[0].attempts >= 3 and "slurmrestd" in backlog[0].last_error
+        outbox.submit(decision("gpu02", Action.RESUME, 2))  # never sent: both vanish
+        outbox.submit(decision("gpu01", Action.EXCLUDE, 2))  # the drain was attempted: kept
+        outbox.submit(decision("gpu04", Action.DRAIN, 1))
+        await clock.advance(180)
+        # rackguard restarts in the middle of the outage
+        await stop(task)
+        outbox.close()
+        await sink.close()
+        outbox, sink = open_outbox()
+        task = await start(outbox)
+        assert [(p.decision.node, p.decision.action) for p in outbox.pending()] == [
+            ("gpu03", Action.EXCLUDE),
+            ("gpu01", Action.EXCLUDE),
+            ("gpu04", Action.DRAIN),
+        ]
+        await clock.sleeping()  # not in the middle of an attempt
+        outbox.submit(decision("gpu03", Action.DRAIN, 2))  # de-escalated before delivery
+        await clock.advance(outage_s - clock.now - 1)
+        assert fake.writes == []
+        assert [(p.decision.node, p.decision.action) for p in outbox.pending()] == [
+            ("gpu01", Action.EXCLUDE),
+            ("gpu04", Action.DRAIN),
+            ("gpu03", Action.DRAIN),
+        ]
+        box = outbox
+        await clock.advance(120, at=scheduler_returns, idle=lambda: not box.pending())
+        await drained(outbox)
+    finally:
+        await stop(task)
+        await sink.close()
+        await fake.stop()
+    assert [(w.node, w.state) for w in fake.writes] == [
+        ("gpu01", "DOWN"),
+        ("gpu04", "DRAIN"),
+        ("gpu03", "DRAIN"),
+    ]
+    assert fake.nodes["gpu02"].held() == "IDLE"
+    # Capped exponential backoff: never more than retry_max_s, and it kept trying.
+    assert max(clock.slept) <= 60.0
+    assert 10 <= len(clock.slept) <= 40

@@ -1,0 +1,69 @@
+"""The shipped unit: systemd-analyze verify passes and the security exposure is <= 3.0."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ROOT
+
+UNIT = ROOT / "systemd" / "rackguard.service"
+INSTALLED_EXEC = "/opt/rackguard/venv/bin/rackguard"
+
+
+def analyze() -> str:
+    path = shutil.which("systemd-analyze")
+    if path is None:  # CI installs it (scripts/install-test-deps.sh); a bare clone may not
+        pytest.fail("systemd-analyze not found: run scripts/install-test-deps.sh (Debian systemd)")
+    return path
+
+
+def test_unit_declares_what_the_daemon_relies_on() -> None:
+    text = UNIT.read_text()
+    for line in (
+        "Type=notify",
+        "WatchdogSec=",
+        "Restart=on-failure",
+        "StateDirectory=rackguard",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+        "RestrictAddressFamilies=",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "DeviceAllow=/dev/nvidiactl rw",
+    ):
+        assert line in text, line
+    creds = re.findall(r"^LoadCredential=([\w.-]+):", text, re.M)
+    assert {"webhook.key", "api.token", "slurm.jwt", "snmp-auth.key", "snmp-priv.key"} <= set(creds)
+    assert f"ExecStart={INSTALLED_EXEC} run --config " in text
+
+
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    # verify insists that ExecStart exists: point it at this checkout's console
+    # script instead of the install path, and change nothing else.
+    exe = Path(sys.executable).parent / "rackguard"
+    assert exe.exists(), exe
+    unit = tmp_path / "rackguard.service"
+    unit.write_text(UNIT.read_text().replace(INSTALLED_EXEC, str(exe)))
+    proc = subprocess.run(
+        [analyze(), "verify", "--man=no", str(unit)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "rackguard.service" not in proc.stderr, proc.stderr  # no warnings about the unit
+
+
+def test_systemd_analyze_security_rates_3_or_lower() -> None:
+    proc = subprocess.run(
+        [analyze(), "security", "--offline=true", str(UNIT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    m = re.search(r"Overall exposure level for rackguard.service: ([\d.]+)", proc.stdout)
+    assert m, proc.stdout[-2000:] + proc.stderr
+    assert float(m.group(1)) <= 3.0
