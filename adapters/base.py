@@ -28,11 +28,43 @@ class SensorAdapter(Protocol):
 
 
 class DeliveryError(Exception):
-    """A decision could not be delivered; ``permanent`` means retrying cannot help."""
+    """A decision could not be delivered, and why (``reason``: a short metric label).
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    Three kinds, because they call for three answers:
+
+    - transient (the default): the scheduler is unreachable or busy; retried soon;
+    - ``permanent``: refused for a cause an operator can fix (a rotated key, a
+      missing permission, a node not registered yet, a receiver mid-deploy):
+      retried with a long backoff and reported until it is fixed;
+    - ``final``: the request itself is malformed; sending it again cannot help.
+    """
+
+    def __init__(
+        self, message: str, *, permanent: bool = False, final: bool = False, reason: str = ""
+    ) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.final = final
+        self.permanent = permanent or final
+        default = "malformed" if final else "refused" if permanent else "unreachable"
+        self.reason = reason or default
+
+
+def http_error(message: str, status: int) -> DeliveryError:
+    """The DeliveryError for an HTTP error status from a scheduler or receiver.
+
+    400, 405, 415 and 422 say the request itself is wrong (final); 401/403
+    (auth), 404 (not found) and the other refusals need an operator (permanent);
+    408, 409, 425, 429 and 5xx are transient.
+    """
+    if status in (400, 405, 415, 422):
+        return DeliveryError(message, final=True, reason="malformed")
+    if status in (401, 403, 407, 511):
+        return DeliveryError(message, permanent=True, reason="auth")
+    if status == 404:
+        return DeliveryError(message, permanent=True, reason="not_found")
+    if 400 <= status < 500 and status not in (408, 409, 425, 429):
+        return DeliveryError(message, permanent=True, reason="refused")
+    return DeliveryError(message)
 
 
 class SchedulerSink(Protocol):

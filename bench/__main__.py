@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from bench import agent_cost, api_rps, delivery_latency, opcua_cost, scoring, snmp_cost
+from bench import (
+    agent_cost,
+    api_rps,
+    delivery_latency,
+    opcua_cost,
+    scoring,
+    snmp_cost,
+    storage_lag,
+)
 from bench.report import Row, render
 
 
@@ -17,12 +25,13 @@ def main() -> None:
         "--only",
         default="",
         help="comma-separated subset of: "
-        + ", ".join(("agent", "delivery", "opcua", "snmp", "api", "scoring")),
+        + ", ".join(("agent", "delivery", "storage", "opcua", "snmp", "api", "scoring")),
     )
     args = p.parse_args()
     benches: dict[str, Callable[[], list[Row]]] = {
         "agent": lambda: agent_cost.measure(args.seconds),
         "delivery": delivery_latency.measure,
+        "storage": storage_lag.measure,
         "opcua": lambda: opcua_cost.measure(seconds=3.0, repeats=5),
         "snmp": snmp_cost.measure,
         "api": api_rps.measure,

@@ -1,4 +1,4 @@
-"""Decision-to-confirmation latency: from the policy's callback (Outbox.submit) to the
+"""Decision-to-confirmation latency: from the policy's callback (DecisionStore.submit) to the
 scheduler confirming the state it read back, p50 and p99.
 
 Two paths, each with a reference measured in the same run:
@@ -30,7 +30,8 @@ from adapters.base import SchedulerSink
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from bench.report import Row, median
-from daemon.delivery.outbox import Outbox, Status
+from daemon.delivery.deliverer import Deliverer
+from daemon.delivery.outbox import DecisionStore, Status
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 
@@ -53,8 +54,11 @@ async def _latencies(sink: SchedulerSink, db: Path, node: str, samples: int) -> 
         settled.append(status)
         done.set()
 
-    outbox = Outbox(db, sink, retry_initial_s=0.05, retry_max_s=0.5, on_settled=on_settled)
-    task = asyncio.create_task(outbox.run())
+    outbox = DecisionStore(db)
+    deliverer = Deliverer(
+        outbox, sink, retry_initial_s=0.05, retry_max_s=0.5, on_settled=on_settled
+    )
+    task = asyncio.create_task(deliverer.run())
     out = []
     try:
         for i in range(samples):

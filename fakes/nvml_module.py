@@ -8,7 +8,10 @@ adapter sees the same names as in nvidia-ml-py's ``pynvml`` module.
 
 from __future__ import annotations
 
+import math
 import os
+import threading
+import time
 
 from fakes.gpus import H100_SXM
 from fakes.nvml import fake_node
@@ -20,3 +23,27 @@ for _i, _gpu in enumerate(FAKE.gpus):
     _gpu.power_w = 110.0 + 3 * _i
 
 globals().update({name: getattr(FAKE, name) for name in dir(FAKE) if not name.startswith("_")})
+
+# RACKGUARD_FAKE_TEMP_FILE names a file holding one number: every GPU's core
+# temperature, re-read every 50 ms, so a test can heat and cool the node of a
+# daemon running in another process.
+_TEMP_FILE = os.environ.get("RACKGUARD_FAKE_TEMP_FILE")
+
+
+def _follow_temperature(path: str) -> None:
+    while True:
+        try:
+            with open(path) as fh:
+                value = float(fh.read().strip() or "nan")
+        except (OSError, ValueError):
+            value = float("nan")
+        if not math.isnan(value):
+            for gpu in FAKE.gpus:
+                gpu.temperature_c = value
+        time.sleep(0.05)
+
+
+if _TEMP_FILE:
+    threading.Thread(
+        target=_follow_temperature, args=(_TEMP_FILE,), name="fake-temp", daemon=True
+    ).start()

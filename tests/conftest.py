@@ -26,6 +26,17 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
     assert not left, f"test left tasks running: {[t.get_name() for t in left]}"
 
 
+@pytest.fixture(autouse=True)
+def state_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The outbox's default home ($STATE_DIRECTORY, as under systemd) inside the test's tmp_path.
+
+    Inherited by the daemon processes tests start, so no test writes /var/lib/rackguard.
+    """
+    path = tmp_path / "state"
+    monkeypatch.setenv("STATE_DIRECTORY", str(path))
+    return path
+
+
 @pytest.fixture
 def secret_file(tmp_path: Path) -> Path:
     """A readable webhook secret."""

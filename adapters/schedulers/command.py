@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
+from adapters.schedulers.bounded import read_stream_capped
+
+# A token or a line of scontrol output is far smaller; more is a broken or hostile command.
+OUTPUT_LIMIT = 64 * 1024
+
 
 async def run_command(
     argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr), stripped; a command past its time is killed.
+    """(exit code, stdout, stderr), stripped and capped; a command past its time is killed.
 
     Raises OSError when the command cannot be started and TimeoutError when it
     runs too long; callers turn both into their own error types.
@@ -23,7 +28,11 @@ async def run_command(
     )
     try:
         async with asyncio.timeout(timeout_s):
-            out, err = await proc.communicate()
+            out, err = await asyncio.gather(
+                read_stream_capped(proc.stdout, OUTPUT_LIMIT),
+                read_stream_capped(proc.stderr, OUTPUT_LIMIT),
+            )
+            await proc.wait()
     except TimeoutError:
         proc.kill()
         await proc.wait()

@@ -30,8 +30,9 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from adapters.base import DeliveryError
+from adapters.base import DeliveryError, http_error
 from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.bounded import read_error_body
 from policies.model import Action, Decision
 
 log = logging.getLogger(__name__)
@@ -230,8 +231,8 @@ class KubernetesSink:
             async with self._session.request(
                 method, url, data=data, headers=headers, ssl=self._conn.ssl
             ) as resp:
-                raw = await resp.read()
                 status = resp.status
+                raw = await resp.read() if status < 300 else await read_error_body(resp)
         except (aiohttp.ClientError, TimeoutError) as err:
             raise DeliveryError(f"kubernetes {method} {url}: {type(err).__name__}: {err}") from err
         try:
@@ -247,16 +248,18 @@ class KubernetesSink:
                 f"{what}: HTTP 403 Forbidden: {message} (the account needs get/patch on nodes"
                 ", list on pods and create on pods/eviction and events)",
                 permanent=True,
+                reason="auth",
             )
-        permanent = status in (400, 404, 405, 415)
-        return DeliveryError(f"{what}: HTTP {status}: {message}", permanent=permanent)
+        return http_error(f"{what}: HTTP {status}: {message}", status)
 
     async def _get_node(self, name: str) -> dict[str, Any]:
         status, body = await self._call("GET", f"/api/v1/nodes/{quote(name, safe='')}")
         if status == 200 and isinstance(body, dict):
             return body
         if status == 404:
-            raise DeliveryError(f"{name}: no such Kubernetes node", permanent=True)
+            raise DeliveryError(
+                f"{name}: no such Kubernetes node", permanent=True, reason="not_found"
+            )
         raise self._fail(f"GET node {name}", status, body)
 
     async def _pods_on(self, name: str) -> list[dict[str, Any]]:

@@ -26,8 +26,9 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
-from adapters.base import DeliveryError
+from adapters.base import DeliveryError, http_error
 from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.command import run_command
 from adapters.schedulers.slurm_auth import JwtToken, TokenError
 from adapters.schedulers.slurm_versions import (
@@ -41,6 +42,8 @@ from policies.model import Action, Decision
 
 log = logging.getLogger(__name__)
 
+# Metric labels of the refusals an operator fixes (others are "refused").
+_ERROR_REASON = {2010: "auth", 2018: "not_found"}
 SLURM_STATE = {Action.DRAIN: "DRAIN", Action.EXCLUDE: "DOWN", Action.RESUME: "RESUME"}
 _AUTH_REJECTED = {401, 511}
 _SPEC_PATHS = ("/openapi/v3", "/openapi.json", "/openapi")
@@ -119,8 +122,8 @@ class SlurmSink:
                 if data is not None:
                     headers["Content-Type"] = "application/json"
                 async with self._session.request(method, url, data=data, headers=headers) as resp:
-                    raw = await resp.read()
                     status = resp.status
+                    raw = await resp.read() if status < 300 else await read_error_body(resp)
                 if attempt == 1 and self._token is not None and _token_rejected(status, raw):
                     log.info("slurm: token rejected (HTTP %d); refreshing", status)
                     await self._token.refresh(self._rejected_token(headers))
@@ -133,7 +136,9 @@ class SlurmSink:
         if status in _AUTH_REJECTED:
             raise DeliveryError(
                 f"slurmrestd {url}: HTTP {status}: the token was refused even after a refresh "
-                f"(user {self._user!r}; is AuthAltTypes=auth/jwt set and the key the same?)"
+                f"(user {self._user!r}; is AuthAltTypes=auth/jwt set and the key the same?)",
+                permanent=True,
+                reason="auth",
             )
         try:
             return status, orjson.loads(raw)
@@ -252,6 +257,7 @@ class SlurmSink:
             raise DeliveryError(
                 f"{decision.node}: Slurm error {num} on {state}: {text}: {PERMANENT_ERRORS[num]}",
                 permanent=True,
+                reason=_ERROR_REASON.get(num, "refused"),
             )
         if status == 405:
             raise DeliveryError(
@@ -260,10 +266,7 @@ class SlurmSink:
                 permanent=True,
             )
         text = _error_text(errors, resp)
-        permanent = 400 <= status < 500 and status not in (408, 429)
-        raise DeliveryError(
-            f"{decision.node}: {state} via slurmrestd: HTTP {status}: {text}", permanent=permanent
-        )
+        raise http_error(f"{decision.node}: {state} via slurmrestd: HTTP {status}: {text}", status)
 
     async def _write_scontrol(self, decision: Decision) -> None:
         state = SLURM_STATE[decision.action]
@@ -292,6 +295,7 @@ class SlurmSink:
         raise DeliveryError(
             f"{decision.node}: scontrol update state={state}: {stderr}: {PERMANENT_ERRORS[num]}",
             permanent=True,
+            reason=_ERROR_REASON.get(num, "refused"),
         )
 
     async def _scontrol_run(self, *args: str) -> tuple[int, str, str]:

@@ -15,15 +15,13 @@ import time
 import aiohttp
 import orjson
 
-from adapters.base import DeliveryError
+from adapters.base import DeliveryError, http_error
+from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.decision_json import decision_to_dict
 from policies.model import Decision
 
 SIGNATURE_HEADER = "X-Rackguard-Signature"
 TIMESTAMP_HEADER = "X-Rackguard-Timestamp"
-
-# Statuses worth retrying; any other 4xx means the receiver will never accept it.
-_TRANSIENT_4XX = {408, 409, 425, 429}
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -58,11 +56,8 @@ class WebhookSink:
             async with self._session.post(self._url, data=body, headers=headers) as resp:
                 if 200 <= resp.status < 300:
                     return
-                text = (await resp.text(errors="replace"))[:200]
-                permanent = 400 <= resp.status < 500 and resp.status not in _TRANSIENT_4XX
-                raise DeliveryError(
-                    f"HTTP {resp.status} from {self._url}: {text}", permanent=permanent
-                )
+                text = (await read_error_body(resp)).decode(errors="replace")[:200]
+                raise http_error(f"HTTP {resp.status} from {self._url}: {text}", resp.status)
         except (aiohttp.ClientError, TimeoutError) as err:
             raise DeliveryError(f"{self._url}: {type(err).__name__}: {err}") from err
 

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.typed_toml import bounded
+from daemon.delivery.outbox import location_problem, outbox_location
 
 Problems = Iterator[tuple[str, str]]
 
@@ -28,10 +29,11 @@ def _url_problem(url: str) -> str | None:
 class DeliverySettings:
     """Keys every scheduler type shares: the outbox, retries and reconciliation."""
 
-    # The SQLite outbox: decisions are written here before they are sent and
-    # survive restarts. Unset: kept in memory only (lost on restart; a warning
-    # says so at start). Under systemd: StateDirectory=rackguard and
-    # "/var/lib/rackguard/outbox.sqlite3".
+    # The SQLite outbox (decisions, overrides, audit trail): decisions are
+    # written here before they are sent and survive restarts. Unset:
+    # outbox.sqlite3 in $STATE_DIRECTORY (systemd's StateDirectory=), else in
+    # /var/lib/rackguard. ":memory:" keeps it in memory only (lost on restart:
+    # the demo and tests ask for that explicitly).
     outbox_path: Path | None = None
     retry_initial_s: float = bounded(1.0, gt=0)
     retry_max_s: float = bounded(60.0, gt=0)
@@ -44,8 +46,10 @@ class DeliverySettings:
         if self.retry_max_s < self.retry_initial_s:
             yield "retry_max_s", f"must be at least retry_initial_s ({self.retry_initial_s})"
         # A missing directory is fine: the outbox creates it (or systemd's StateDirectory=).
-        if self.outbox_path is not None and self.outbox_path.is_dir():
-            yield "outbox_path", f"{str(self.outbox_path)!r} is a directory; name a file in it"
+        problem = location_problem(outbox_location(self.outbox_path))
+        if problem:
+            unset = " (not set; the default)" if self.outbox_path is None else ""
+            yield "outbox_path", f"{problem}{unset}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

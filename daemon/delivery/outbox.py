@@ -1,62 +1,62 @@
-"""The durable outbox: every decision is written to SQLite before it is sent.
+"""The decision store: the outbox's database, every table in it, and its writer thread.
 
-One row per decision, in the order the policy made them. Delivery takes the
-oldest pending row, and for a sink that can read nodes back it:
+One row per decision, in the order the policy made them, beside the operator's
+overrides and their audit trail (daemon/delivery/overrides.py) — one SQLite file the
+store alone opens, migrates (``PRAGMA user_version``) and writes.
 
-1. reads the node first: held by someone else or for another reason -> the row
-   is SKIPPED and the node left alone; already in the intended state -> the row
-   is CONFIRMED with no write (so a delivery interrupted by ``kill -9`` after
-   the scheduler applied it is never applied twice);
-2. writes, then reads back: only the intended state read back confirms it.
+The rows the daemon works with (the backlog, each node's newest decision, each
+node's newest confirmed action) are kept in memory; the database is their
+durable copy. Every change is written on one dedicated thread, so a slow or
+frozen disk delays decisions but never the event loop (polling, the API, the
+watchdog). ``submit()`` returns a future that resolves once the row is durable
+— or, when the disk refuses (full, read-only, I/O error), once it is held in
+memory, marked not durable. The deliverer (daemon/delivery/deliverer.py) sends a row
+only after that, so a decision is delivered whatever the disk does; rows not
+yet durable are written as soon as the disk takes writes again.
 
-Failures retry with capped exponential backoff and jitter, head of line, so
-decisions reach the scheduler in the order they were made. A newer decision for
-a node supersedes its undelivered one (a drain then a resume, neither sent,
-sends nothing). A restart, ``kill -9`` included, resumes from the rows left
-pending. The database is in WAL mode with synchronous=FULL: a decision rarely
-comes more than once a minute, and each one must survive a power cut.
-
-The sqlite3 calls run on the event loop thread: submit() is called
-synchronously by the policy engine and must have written the row when it
-returns, and each statement takes well under a millisecond.
+The database is in WAL mode with synchronous=FULL: a decision rarely comes more
+than once a minute, and each one must survive a power cut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import fcntl
 import logging
 import os
-import random
+import secrets
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 
-from adapters.base import DeliveryError, SchedulerSink
-from adapters.schedulers.base import NodeReadError, NodeView, ReadableSink, describe, intended
 from adapters.schedulers.decision_json import decision_to_dict
 from daemon.delivery.sqlite_tx import transaction
-from daemon.service.backoff import capped_backoff
 from policies.model import Action, Assessment, Condition, Decision, FaultDomain
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 MEMORY = ":memory:"
 KEEP_DONE_ROWS = 10_000
-
-# Waits ``delay`` seconds or until the event is set; injectable so tests can
-# run a ten-minute outage in simulated time.
-Sleep = Callable[[float, asyncio.Event], Awaitable[None]]
-
-
+KEEP_FAILED_IN_MEMORY = 100
 BUSY_TIMEOUT_MS = 5000
+STALL_S = 5.0  # a write outstanding this long makes the store unhealthy
+RETRY_S = 5.0  # how often rows held in memory are offered to a failing disk again
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
 
 
 class Status(enum.StrEnum):
@@ -66,11 +66,19 @@ class Status(enum.StrEnum):
     CONFIRMED = "confirmed"  # the scheduler shows the intended state
     SUPERSEDED = "superseded"  # replaced by a newer decision before delivery
     SKIPPED = "skipped"  # the node is held by someone else: left alone
-    FAILED = "failed"  # refused for good (unknown node, no permission, ...)
+    FAILED = "failed"  # refused for good (a malformed request, no scheduler)
 
 
 class OutboxBusy(Exception):
     """Another process holds this outbox; two deliverers would apply decisions twice."""
+
+
+class OutboxRefused(Exception):
+    """The file at the outbox path is not an outbox this version may use; says why."""
+
+
+class StorageError(Exception):
+    """The database could not do what was asked (disk full, read-only, I/O error)."""
 
 
 @dataclass(slots=True)
@@ -83,6 +91,7 @@ class Pending:
     seq: int = 0
     queued_at: float = 0.0  # wall clock
     origin: str = "policy"  # "policy" or "reconcile"
+    durable: bool = True  # False while the disk refuses and it is held in memory only
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +109,80 @@ class Record:
     done_at: float | None
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS decisions (
+@dataclass(slots=True)
+class Row:
+    """The in-memory row; ``version`` counts changes, ``stored`` the one on disk."""
+
+    seq: int
+    decision: Decision  # carries the stored key
+    base_key: str
+    origin: str
+    status: Status
+    queued_at: float
+    boot: str
+    attempts: int = 0
+    sent: bool = False  # a write was started: the scheduler may have seen it
+    last_error: str = ""
+    outcome: str = ""
+    done_at: float | None = None
+    version: int = 1
+    stored: int = 0
+    held: bool = False  # its first write was tried (durable, or held in memory)
+
+    @property
+    def durable(self) -> bool:
+        """The database holds this row as it is now."""
+        return self.stored == self.version
+
+    def params(self) -> tuple[Any, ...]:
+        d = self.decision
+        return (
+            self.seq,
+            d.key,
+            self.base_key,
+            d.node,
+            d.action.value,
+            _encode(d),
+            self.origin,
+            self.status.value,
+            self.attempts,
+            int(self.sent),
+            self.last_error,
+            self.outcome,
+            self.queued_at,
+            self.done_at,
+            self.boot,
+        )
+
+    def pending(self) -> Pending:
+        return Pending(
+            self.decision,
+            self.attempts,
+            self.last_error,
+            self.seq,
+            self.queued_at,
+            self.origin,
+            self.durable,
+        )
+
+    def record(self) -> Record:
+        return Record(
+            self.seq,
+            self.decision,
+            self.status,
+            self.attempts,
+            self.last_error,
+            self.outcome,
+            self.origin,
+            self.queued_at,
+            self.done_at,
+        )
+
+
+# Version 1. Version 0 is the unversioned schema of the first releases: the same
+# tables without decisions.boot.
+_TABLES_V1 = (
+    """CREATE TABLE IF NOT EXISTS decisions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     key TEXT NOT NULL UNIQUE,
     base_key TEXT NOT NULL,
@@ -115,13 +196,47 @@ CREATE TABLE IF NOT EXISTS decisions (
     last_error TEXT NOT NULL DEFAULT '',
     outcome TEXT NOT NULL DEFAULT '',
     queued_at REAL NOT NULL,
-    done_at REAL
-);
-CREATE INDEX IF NOT EXISTS decisions_node ON decisions (node, seq);
-CREATE INDEX IF NOT EXISTS decisions_status ON decisions (status, seq);
-CREATE INDEX IF NOT EXISTS decisions_base_key ON decisions (base_key);
-"""
-_COLUMNS = "seq, body, status, attempts, last_error, outcome, origin, queued_at, done_at, key"
+    done_at REAL,
+    boot TEXT NOT NULL DEFAULT ''
+)""",
+    "CREATE INDEX IF NOT EXISTS decisions_node ON decisions (node, seq)",
+    "CREATE INDEX IF NOT EXISTS decisions_status ON decisions (status, seq)",
+    "CREATE INDEX IF NOT EXISTS decisions_base_key ON decisions (base_key)",
+    "CREATE TABLE IF NOT EXISTS overrides (key TEXT PRIMARY KEY, body BLOB NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    node TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    body BLOB NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS audit_at ON audit (at)",
+)
+_OUR_TABLES = {"decisions", "overrides", "audit"}
+
+
+def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
+    if "decisions" in tables:
+        db.execute("ALTER TABLE decisions ADD COLUMN boot TEXT NOT NULL DEFAULT ''")
+    for statement in _TABLES_V1:
+        db.execute(statement)
+
+
+# MIGRATIONS[v] takes a database at version v to v + 1.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (_migrate_0_to_1,)
+
+_COLUMNS = (
+    "seq, key, base_key, node, action, body, origin, status, attempts, sent,"
+    " last_error, outcome, queued_at, done_at, boot"
+)
+_UPSERT = (
+    f"INSERT INTO decisions ({_COLUMNS}) VALUES ({', '.join('?' * 15)})"
+    " ON CONFLICT(seq) DO UPDATE SET status = excluded.status, attempts = excluded.attempts,"
+    " sent = excluded.sent, last_error = excluded.last_error, outcome = excluded.outcome,"
+    " done_at = excluded.done_at"
+)
 
 
 def decision_from_dict(data: dict[str, Any]) -> Decision:
@@ -161,59 +276,249 @@ def _encode(decision: Decision) -> bytes:
     return orjson.dumps(data)
 
 
-async def wait_or_wake(delay: float, wake: asyncio.Event) -> None:
-    """The real Sleep: ``delay`` seconds, or less if ``wake`` is set."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(delay):
-            await wake.wait()
+def _decode(body: bytes, key: str) -> Decision:
+    return replace(decision_from_dict(orjson.loads(body)), key=key)
 
 
-class Outbox:
-    """Durable, ordered, coalescing delivery of decisions to one scheduler sink."""
+def default_path() -> Path:
+    """Where the outbox lives when the config does not say: systemd's StateDirectory."""
+    state = os.environ.get("STATE_DIRECTORY", "/var/lib/rackguard").split(":")[0]
+    return Path(state) / "outbox.sqlite3"
+
+
+def outbox_location(configured: Path | None) -> str:
+    """The configured path, ``:memory:`` only when asked for, else the default file."""
+    return str(configured) if configured is not None else str(default_path())
+
+
+def location_problem(path: str) -> str | None:
+    """Why the outbox could not be opened read-write at ``path`` (for check-config), or None."""
+    if path == MEMORY:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        return f"{path!r} is a directory; name a file in it"
+    if target.exists():
+        if not os.access(target, os.R_OK | os.W_OK):
+            return f"{path!r} is not readable and writable by this user"
+        parent = target.parent
+    else:
+        parent = target.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent  # the outbox creates missing directories
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {str(parent)!r} is not writable by this user (or is read-only)"
+    return None
+
+
+# ---------------------------------------------------------------------- opening
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return db
+
+
+def _prepare(db: sqlite3.Connection, path: str, existed: bool) -> None:
+    """Check what the file is, then migrate it to SCHEMA_VERSION; raises OutboxRefused."""
+    (check,) = db.execute("PRAGMA quick_check").fetchone()
+    if check != "ok":
+        raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    (app_id,) = db.execute("PRAGMA application_id").fetchone()
+    tables = {
+        name
+        for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if app_id not in (0, APPLICATION_ID) or (tables and "decisions" not in tables):
+        raise OutboxRefused(
+            f"outbox {path}: this SQLite file belongs to something else (tables: "
+            f"{', '.join(sorted(tables)) or 'none'}); rackguard will not touch it; "
+            "point scheduler.outbox_path at a file of its own"
+        )
+    if version > SCHEMA_VERSION:
+        raise OutboxRefused(
+            f"outbox {path}: schema version {version} was written by a newer rackguard "
+            f"(this one knows up to {SCHEMA_VERSION}); run that version, or move the file aside"
+        )
+    if existed and not tables:
+        log.warning(
+            "outbox %s existed but held no outbox (an empty or zero-byte file): whatever "
+            "decision history, intents, pins and audit trail it was meant to hold are lost; "
+            "starting a fresh outbox there",
+            path,
+        )
+    if path != MEMORY:
+        db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    for v in range(version, SCHEMA_VERSION):
+        with transaction(db):
+            MIGRATIONS[v](db, tables)
+            db.execute(f"PRAGMA user_version = {v + 1}")
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        if tables:
+            log.info("outbox %s: schema migrated from version %d to %d", path, v, v + 1)
+
+
+def _move_aside(path: str) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = Path(f"{path}.corrupt-{stamp}")
+    os.replace(path, target)
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path + suffix, f"{target}{suffix}")
+    return target
+
+
+def open_database(path: str) -> sqlite3.Connection:
+    """The outbox's connection, at SCHEMA_VERSION.
+
+    A file SQLite cannot read as a database (corrupt, garbage) is moved aside —
+    never deleted — and a fresh outbox started, with a WARNING naming both: the
+    agent must go on protecting the node, and the operator can still recover
+    the old file. A SQLite file of another program, or of a newer schema, is
+    refused (OutboxRefused): moving that aside would break its owner.
+    """
+    existed = path != MEMORY and Path(path).exists()
+    db = _connect(path)
+    try:
+        _prepare(db, path, existed)
+    except sqlite3.DatabaseError as err:
+        db.close()
+        code = getattr(err, "sqlite_errorcode", None)
+        if not existed or (code not in (_SQLITE_CORRUPT, _SQLITE_NOTADB) and code is not None):
+            raise
+        moved = _move_aside(path)
+        log.warning(
+            "outbox %s is not a readable SQLite database (%s): moved to %s; its decision "
+            "history, intents, pins and audit trail are not used; starting a fresh outbox",
+            path,
+            err,
+            moved,
+        )
+        db = _connect(path)
+        try:
+            _prepare(db, path, False)
+        except BaseException:
+            db.close()
+            raise
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+# ---------------------------------------------------------------------- writer side
+
+
+def _write_rows(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    with transaction(db):
+        db.executemany(_UPSERT, rows)
+
+
+def _prune(db: sqlite3.Connection) -> None:
+    with transaction(db):
+        db.execute(
+            "DELETE FROM decisions WHERE status != ? AND seq NOT IN "
+            "(SELECT seq FROM decisions WHERE status != ? ORDER BY seq DESC LIMIT ?) "
+            "AND seq NOT IN (SELECT MAX(seq) FROM decisions GROUP BY node)",
+            (Status.PENDING, Status.PENDING, KEEP_DONE_ROWS),
+        )
+
+
+def _probe(db: sqlite3.Connection) -> str:
+    """Whether a write transaction could start now ("" if so); never waits for a lock."""
+    try:
+        db.execute("PRAGMA busy_timeout = 0")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    except sqlite3.Error as err:
+        return str(err) or type(err).__name__
+    return ""
+
+
+def _row_from_db(row: tuple[Any, ...]) -> Row:
+    (seq, key, base_key, _node, _action, body, origin, status, attempts, sent) = row[:10]
+    last_error, outcome, queued_at, done_at, boot = row[10:]
+    return Row(
+        seq,
+        _decode(body, key),
+        base_key,
+        origin,
+        Status(status),
+        queued_at,
+        boot,
+        attempts,
+        bool(sent),
+        last_error,
+        outcome,
+        done_at,
+        version=1,
+        stored=1,
+        held=True,
+    )
+
+
+class DecisionStore:
+    """Owns the outbox database: decisions, overrides and the audit trail.
+
+    ``on_loop=True`` runs every statement on the calling thread instead of the
+    writer thread (the bench compares both); nothing else should use it.
+    """
 
     def __init__(
         self,
         path: Path | str,
-        sink: SchedulerSink | None,
         *,
-        retry_initial_s: float = 1.0,
-        retry_max_s: float = 60.0,
-        rng: random.Random | None = None,
-        sleep: Sleep = wait_or_wake,
         wall: Callable[[], float] = time.time,
-        on_settled: Callable[[Decision, Status, str], None] | None = None,
+        mono: Callable[[], float] = time.monotonic,
+        on_loop: bool = False,
     ) -> None:
-        self._sink = sink
-        # Called once a delivered row is confirmed, skipped or failed (metrics, events).
-        self.on_settled = on_settled
-        self._retry_initial_s = retry_initial_s
-        self._retry_max_s = retry_max_s
-        self._rng = rng or random.Random()
-        self._sleep = sleep
-        self._wall = wall
-        self._wakeup = asyncio.Event()
-        self._inflight: int | None = None  # seq of the row being delivered
-        self._failures = 0  # consecutive failed attempts, for the backoff
         self.path = str(path)
+        self._wall = wall
+        self._mono = mono
+        self.boot = secrets.token_hex(6)  # makes every key unique across restarts
+        self.wakeup = asyncio.Event()  # set when a row becomes deliverable
+        self.inflight: int | None = None  # seq of the row being delivered (set by the deliverer)
         self._lock_fh: IO[bytes] | None = None
         if self.path != MEMORY:
             self._lock_fh = self._take_lock(Path(self.path))
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if self.path != MEMORY:
-                self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._db.executescript(_SCHEMA)
-            self._prune()
-        except sqlite3.Error:
-            self.close()
+            self._db = open_database(self.path)
+        except BaseException:
+            self._release_lock()
             raise
-        left = self._count(Status.PENDING)
-        if left:
-            log.info("outbox %s: %d undelivered decision(s) carried over", self.path, left)
+        self._pending: dict[int, Row] = {}
+        self._latest: dict[str, Row] = {}
+        self._confirmed: dict[str, Row] = {}
+        self._failed: collections.deque[Row] = collections.deque(maxlen=KEEP_FAILED_IN_MEMORY)
+        self._dirty: dict[int, Row] = {}
+        self._next_seq = 1
+        self._load()
+        self._executor = (
+            None if on_loop else ThreadPoolExecutor(1, thread_name_prefix="rackguard-store")
+        )
+        self._outstanding: collections.deque[float] = collections.deque()  # start times
+        self.write_error = ""  # the disk's refusal while it refuses, else ""
+        self.probe_error = ""  # why a write could not start at the last probe, else ""
+        self.write_failures = 0  # failed write transactions, for the metric
+        self.commits = 0  # write transactions committed, for the bench
+        self._stall_reported = False
+        self.overrides_at_open = list(self._db.execute("SELECT key, body FROM overrides"))
+        log.info("outbox: %s", self.path if self.path != MEMORY else "in memory (not durable)")
+        if self._pending:
+            log.info("outbox %s: %d undelivered decision(s) carried over", self.path, len(self))
 
-    # ------------------------------------------------------------------ setup
+    def __len__(self) -> int:
+        return len(self._pending)
 
     @staticmethod
     def _take_lock(path: Path) -> IO[bytes]:
@@ -226,355 +531,362 @@ class Outbox:
             raise OutboxBusy(f"outbox {path} is in use by another rackguard process") from err
         return fh
 
-    def close(self) -> None:
-        """Close the database and release the lock; pending rows stay for the next start."""
-        self._db.close()
+    def _release_lock(self) -> None:
         if self._lock_fh is not None:
             self._lock_fh.close()
             self._lock_fh = None
 
-    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return transaction(self._db)
+    def _load(self) -> None:
+        db = self._db
+        try:
+            _prune(db)
+        except sqlite3.Error as err:  # a full disk at start: prune next time
+            log.debug("outbox %s: not pruned: %s", self.path, err)
+        select = f"SELECT {_COLUMNS} FROM decisions"
+        for row in db.execute(f"{select} WHERE status = ? ORDER BY seq", (Status.PENDING,)):
+            r = _row_from_db(row)
+            self._pending[r.seq] = r
+        latest = "SELECT MAX(seq) FROM decisions"
+        for row in db.execute(f"{select} WHERE seq IN ({latest} GROUP BY node) ORDER BY seq"):
+            r = self._pending.get(row[0]) or _row_from_db(row)
+            self._latest[r.decision.node] = r
+        confirmed = f"{latest} WHERE status = ? GROUP BY node"
+        for row in db.execute(f"{select} WHERE seq IN ({confirmed})", (Status.CONFIRMED,)):
+            r = _row_from_db(row)
+            self._confirmed[r.decision.node] = r
+        failed = f"{select} WHERE status = ? ORDER BY seq DESC LIMIT ?"
+        rows = db.execute(failed, (Status.FAILED, KEEP_FAILED_IN_MEMORY)).fetchall()
+        self._failed.extend(_row_from_db(row) for row in reversed(rows))
+        (top,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM decisions").fetchone()
+        self._next_seq = int(top) + 1
 
-    def _prune(self) -> None:
-        with self._tx() as db:
-            db.execute(
-                "DELETE FROM decisions WHERE status != ? AND seq NOT IN "
-                "(SELECT seq FROM decisions WHERE status != ? ORDER BY seq DESC LIMIT ?) "
-                "AND seq NOT IN (SELECT MAX(seq) FROM decisions GROUP BY node)",
-                (Status.PENDING, Status.PENDING, KEEP_DONE_ROWS),
+    def close(self) -> None:
+        """Write what can be written, close the database, release the lock.
+
+        Pending rows stay for the next start; rows the disk refused until now are lost.
+        """
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._dirty:
+            with contextlib.suppress(sqlite3.Error):
+                _write_rows(self._db, [r.params() for r in self._dirty.values()])
+                self._dirty.clear()
+        if self._dirty:
+            log.error(
+                "outbox %s: stopping with %d decision change(s) the disk never took: lost",
+                self.path,
+                len(self._dirty),
             )
+        self._db.close()
+        self._release_lock()
 
-    # ------------------------------------------------------------------ queries
+    # ------------------------------------------------------------------ the writer thread
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Run ``fn(db)`` on the writer thread (in order); the future has its result."""
+        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            fut: asyncio.Future[T] = loop.create_future()
+            try:
+                fut.set_result(fn(self._db))
+            except Exception as err:
+                fut.set_exception(err)
+            return fut
+        started = self._mono()
+        self._outstanding.append(started)
+        out = loop.run_in_executor(self._executor, fn, self._db)
+        out.add_done_callback(lambda _: self._outstanding.remove(started))
+        return out
+
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a read (or a whole write transaction) on the database; StorageError on failure."""
+        try:
+            return await self._call(fn)
+        except sqlite3.Error as err:
+            raise StorageError(f"outbox {self.path}: {err}") from err
+
+    def _flush(self) -> asyncio.Future[bool]:
+        """Write every changed row; resolves True once durable, False if the disk refused."""
+        snapshot = [(r, r.version) for r in self._dirty.values()]
+        params = [r.params() for r, _ in snapshot]
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if not snapshot:
+            done.set_result(True)
+            return done
+
+        def write(db: sqlite3.Connection) -> None:
+            _write_rows(db, params)
+
+        def finished(fut: asyncio.Future[None]) -> None:
+            err = fut.exception() if not fut.cancelled() else StorageError("cancelled")
+            woke = False
+            for row, version in snapshot:
+                if not row.held:
+                    row.held = woke = True
+                if err is None:
+                    row.stored = max(row.stored, version)
+                    if row.durable:
+                        self._dirty.pop(row.seq, None)
+            if err is None:
+                self.commits += 1
+                self._recovered()
+            else:
+                self._refused(err)
+            if woke:
+                self.wakeup.set()
+            done.set_result(err is None)
+
+        self._call(write).add_done_callback(finished)
+        return done
+
+    def _refused(self, err: BaseException) -> None:
+        self.write_failures += 1
+        if not isinstance(err, sqlite3.Error | StorageError):
+            log.error("outbox %s: unexpected error writing", self.path, exc_info=err)
+        if not self.write_error:
+            log.error(
+                "outbox %s: cannot write (%s): decisions are still delivered, but held in "
+                "memory only (not durable) until the disk takes writes again",
+                self.path,
+                err,
+            )
+        self.write_error = str(err) or type(err).__name__
+
+    def _recovered(self) -> None:
+        if self.write_error and not self._dirty:
+            log.info("outbox %s: writable again; every decision is durable", self.path)
+            self.write_error = ""
+
+    async def run(self) -> None:
+        """Until cancelled: offer rows held in memory to a failing disk again; report stalls."""
+        while True:
+            await asyncio.sleep(1.0 if not self.write_error else RETRY_S)
+            if self._dirty and not self._outstanding:
+                await self._flush()
+            if not self._outstanding:
+                self.probe_error = await self._call(_probe)
+            stalled = self.stalled_s()
+            if stalled >= STALL_S and not self._stall_reported:
+                log.error("outbox %s: a write has waited %.0fs: disk stalled?", self.path, stalled)
+                self._stall_reported = True
+            elif stalled < STALL_S and self._stall_reported:
+                log.info("outbox %s: writes complete again", self.path)
+                self._stall_reported = False
+
+    def stalled_s(self) -> float:
+        """How long the oldest outstanding write has waited (0 when none)."""
+        return self._mono() - self._outstanding[0] if self._outstanding else 0.0
+
+    def health(self) -> list[tuple[bool, str]]:
+        """(ok, reason) for /readyz; never touches the disk."""
+        checks: list[tuple[bool, str]] = []
+        if self.write_error:
+            checks.append(
+                (
+                    False,
+                    f"outbox {self.path}: cannot write ({self.write_error}); "
+                    f"{self.not_durable()} decision change(s) held in memory only",
+                )
+            )
+        if self.probe_error:
+            checks.append((False, f"outbox {self.path}: a write cannot start: {self.probe_error}"))
+        stalled = self.stalled_s()
+        if stalled >= STALL_S:
+            checks.append((False, f"outbox {self.path}: a write has waited {stalled:.0f}s"))
+        return checks or [(True, f"outbox {self.path}: writable")]
 
     @property
-    def db(self) -> sqlite3.Connection:
-        """The connection, for tables kept beside the decisions (overrides, audit)."""
-        return self._db
+    def error(self) -> str:
+        """Why the outbox cannot take writes now, or ""."""
+        return self.write_error or self.probe_error
 
-    def writable(self) -> tuple[bool, str]:
-        """Whether a write transaction can start now (for readiness checks).
+    def not_durable(self) -> int:
+        """Rows whose current state the database does not hold yet."""
+        return sum(1 for r in self._dirty.values() if r.held)
 
-        Never waits: with another process holding the lock, the usual busy
-        timeout would stall the event loop (and the watchdog) for seconds.
-        """
-        try:
-            self._db.execute("PRAGMA busy_timeout = 0")
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute("ROLLBACK")
-            finally:
-                self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        except sqlite3.Error as err:
-            return False, str(err)
-        return True, ""
-
-    def _count(self, status: Status) -> int:
-        (n,) = self._db.execute(
-            "SELECT COUNT(*) FROM decisions WHERE status = ?", (status,)
-        ).fetchone()
-        return int(n)
-
-    def submitted_count(self) -> int:
-        """How many decisions were ever submitted (and kept), reconciler repairs excluded."""
-        (n,) = self._db.execute("SELECT COUNT(*) FROM decisions WHERE origin = 'policy'").fetchone()
-        return int(n)
-
-    @staticmethod
-    def _record(row: tuple[Any, ...]) -> Record:
-        seq, body, status, attempts, last_error, outcome, origin, queued_at, done_at, key = row
-        decision = replace(decision_from_dict(orjson.loads(body)), key=key)
-        return Record(
-            seq, decision, Status(status), attempts, last_error, outcome, origin, queued_at, done_at
-        )
+    # ------------------------------------------------------------------ queries (memory)
 
     def pending(self) -> list[Pending]:
         """Decisions not yet confirmed, oldest first (the backlog)."""
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM decisions WHERE status = ? ORDER BY seq", (Status.PENDING,)
-        ).fetchall()
-        out = []
-        for row in rows:
-            r = self._record(row)
-            out.append(Pending(r.decision, r.attempts, r.last_error, r.seq, r.queued_at, r.origin))
-        return out
-
-    def history(self, limit: int = 100) -> list[Record]:
-        """The newest ``limit`` rows, newest first."""
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM decisions ORDER BY seq DESC LIMIT ?", (limit,)
-        ).fetchall()
-        return [self._record(row) for row in rows]
+        return [r.pending() for r in self._pending.values()]
 
     def intents(self) -> dict[str, Decision]:
         """Per node, the newest decision: the state rackguard intends the node to be in."""
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM decisions WHERE seq IN "
-            "(SELECT MAX(seq) FROM decisions GROUP BY node) ORDER BY seq"
-        ).fetchall()
-        return {r.decision.node: r.decision for r in map(self._record, rows)}
+        return {node: r.decision for node, r in self._latest.items()}
 
     @property
     def confirmed(self) -> dict[str, Action]:
         """Per node, the newest action the scheduler confirmed."""
-        rows = self._db.execute(
-            "SELECT node, action FROM decisions WHERE seq IN "
-            "(SELECT MAX(seq) FROM decisions WHERE status = ? GROUP BY node)",
-            (Status.CONFIRMED,),
-        ).fetchall()
-        return {node: Action(action) for node, action in rows}
+        return {node: r.decision.action for node, r in self._confirmed.items()}
 
     @property
     def failed(self) -> list[tuple[Decision, str]]:
-        """Decisions refused for good, oldest first, with the error."""
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM decisions WHERE status = ? ORDER BY seq", (Status.FAILED,)
-        ).fetchall()
-        return [(r.decision, r.last_error) for r in map(self._record, rows)]
+        """The latest decisions refused for good, oldest first, with the error."""
+        return [(r.decision, r.last_error) for r in self._failed]
 
     def busy_nodes(self) -> set[str]:
         """Nodes with a decision pending or being delivered: the reconciler leaves them be."""
-        rows = self._db.execute(
-            "SELECT DISTINCT node FROM decisions WHERE status = ?", (Status.PENDING,)
-        ).fetchall()
-        return {node for (node,) in rows}
+        return {r.decision.node for r in self._pending.values()}
+
+    def next_ready(self) -> Row | None:
+        """The oldest pending row whose write was tried: the next one to deliver."""
+        for row in self._pending.values():
+            return row if row.held else None
+        return None
+
+    # ------------------------------------------------------------------ queries (database)
+
+    async def history(self, limit: int = 100) -> list[Record]:
+        """The newest ``limit`` rows, newest first (rows held in memory included)."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            sql = f"SELECT {_COLUMNS} FROM decisions ORDER BY seq DESC LIMIT ?"
+            return db.execute(sql, (limit,)).fetchall()
+
+        rows = {r.seq: r for r in map(_row_from_db, await self.query(read))}
+        rows.update(self._dirty)
+        return [rows[seq].record() for seq in sorted(rows, reverse=True)[:limit]]
+
+    async def submitted_count(self) -> int:
+        """How many decisions were ever submitted (and kept), reconciler repairs excluded."""
+
+        def read(db: sqlite3.Connection) -> int:
+            sql = "SELECT COUNT(*) FROM decisions WHERE origin = 'policy'"
+            return int(db.execute(sql).fetchone()[0])
+
+        return await self.query(read)
 
     # ------------------------------------------------------------------ writes
 
-    def submit(self, decision: Decision) -> str | None:
-        """Write a decision durably and queue it; returns the key it is stored under.
+    def submit(self, decision: Decision) -> asyncio.Future[str | None]:
+        """Store a decision and queue it; the future resolves to the key it is stored under.
 
-        A newer decision for the same node supersedes an undelivered one. A key
-        already used (the policy's epochs restart with the process) gets a suffix,
-        so every stored decision has its own idempotency key. Dry-run decisions
-        are not stored: None.
+        It resolves once the row is durable, or held in memory when the disk
+        refuses; ordering is the order of the calls. A newer decision for the
+        same node supersedes an undelivered one. Dry-run decisions are not
+        stored: None.
         """
+        out: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         if decision.dry_run:
-            return None
-        return self._insert(decision, origin="policy")
+            out.set_result(None)
+            return out
+        key = self._insert(decision, decision.key, origin="policy")
+        self._flush().add_done_callback(lambda _: out.set_result(key))
+        return out
 
     def enqueue_repair(self, intent: Decision, note: str) -> str | None:
         """Queue the intent again because the scheduler drifted from it (reconciliation).
 
         Does nothing (None) when a newer decision or a pending one exists for the node.
         """
-        latest = self._db.execute(
-            "SELECT key, status FROM decisions WHERE node = ? ORDER BY seq DESC LIMIT 1",
-            (intent.node,),
-        ).fetchone()
-        if latest is None or latest[0] != intent.key or latest[1] == Status.PENDING:
+        latest = self._latest.get(intent.node)
+        if latest is None or latest.decision.key != intent.key or latest.status is Status.PENDING:
             return None
         log.warning("%s: %s; re-applying %s", intent.node, note, intent.action)
-        return self._insert(intent, origin="reconcile")
-
-    def _insert(self, decision: Decision, *, origin: str) -> str | None:
-        node = decision.node
-        now = self._wall()
-        with self._tx() as db:
-            # Keys repeat (a policy restarted, a repair re-queuing an intent):
-            # store under the original key's first free "-N" suffix.
-            base = decision.key
-            row = db.execute("SELECT base_key FROM decisions WHERE key = ?", (base,)).fetchone()
-            if row is not None:
-                base = row[0]
-            key, n = base, 0
-            while db.execute("SELECT 1 FROM decisions WHERE key = ?", (key,)).fetchone():
-                n += 1
-                key = f"{base}-{n}"
-            waiting = db.execute(
-                "SELECT seq, action, sent FROM decisions WHERE node = ? AND status = ?"
-                " ORDER BY seq",
-                (node, Status.PENDING),
-            ).fetchall()
-            replaceable = [(seq, a, n) for seq, a, n in waiting if seq != self._inflight]
-            for seq, old_action, _ in replaceable:
-                db.execute(
-                    "UPDATE decisions SET status = ?, outcome = ?, done_at = ? WHERE seq = ?",
-                    (Status.SUPERSEDED, f"superseded by {decision.action}", now, seq),
-                )
-                log.info("%s: %s supersedes undelivered %s", node, decision.action, old_action)
-            status = Status.PENDING
-            outcome = ""
-            # A row whose write was started may have reached the scheduler before a
-            # crash or a timeout: then the new decision is needed whatever was confirmed.
-            maybe_sent = len(replaceable) < len(waiting) or any(n for _, _, n in replaceable)
-            if replaceable and not maybe_sent:
-                # e.g. a drain then a resume, neither delivered: the scheduler
-                # never saw the drain, so the resume is not needed either.
-                last = self._confirmed_action(db, node)
-                if decision.action is last:
-                    status, outcome = Status.SUPERSEDED, "nothing left to send"
-                    log.info("%s: %s: nothing left to send", node, decision.action)
-            db.execute(
-                "INSERT INTO decisions (key, base_key, node, action, body, origin, status,"
-                " outcome, queued_at, done_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    base,
-                    node,
-                    decision.action.value,
-                    _encode(decision),
-                    origin,
-                    status,
-                    outcome,
-                    now,
-                    now if status is not Status.PENDING else None,
-                ),
-            )
-        if status is Status.PENDING:
-            self._wakeup.set()
+        key = self._insert(intent, latest.base_key, origin="reconcile")
+        self._flush()
         return key
 
-    @staticmethod
-    def _confirmed_action(db: sqlite3.Connection, node: str) -> Action:
-        row = db.execute(
-            "SELECT action FROM decisions WHERE node = ? AND status = ? ORDER BY seq DESC LIMIT 1",
-            (node, Status.CONFIRMED),
-        ).fetchone()
-        return Action(row[0]) if row else Action.RESUME  # never touched: in service
-
-    def _finish(self, seq: int, status: Status, outcome: str, error: str = "") -> None:
-        with self._tx() as db:
-            db.execute(
-                "UPDATE decisions SET status = ?, outcome = ?, last_error = ?, done_at = ?"
-                " WHERE seq = ? AND status = ?",
-                (status, outcome, error, self._wall(), seq, Status.PENDING),
-            )
-
-    # ------------------------------------------------------------------ delivery
-
-    def _next(self) -> tuple[int, Decision, int] | None:
-        row = self._db.execute(
-            "SELECT seq, body, key, attempts FROM decisions WHERE status = ? ORDER BY seq LIMIT 1",
-            (Status.PENDING,),
-        ).fetchone()
-        if row is None:
-            return None
-        seq, body, key, attempts = row
-        return seq, replace(decision_from_dict(orjson.loads(body)), key=key), attempts
-
-    def _retry_delay(self) -> float:
-        base = capped_backoff(self._retry_initial_s, self._retry_max_s, self._failures)
-        return base * self._rng.uniform(0.5, 1.0)
-
-    async def run(self) -> None:
-        """Deliver until cancelled."""
-        while True:
-            nxt = self._next()
-            if nxt is None:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            seq, decision, attempts = nxt
-            if self._sink is None:
-                log.warning(
-                    "%s: no scheduler configured; %s not delivered", decision.node, decision.action
-                )
-                self._finish(seq, Status.FAILED, "no scheduler configured", "no scheduler")
-                continue
-            self._inflight = seq
-            attempts += 1
-            self._db.execute("UPDATE decisions SET attempts = ? WHERE seq = ?", (attempts, seq))
-            try:
-                status, outcome = await self._attempt(self._sink, decision)
-            except DeliveryError as err:
-                self._inflight = None
-                self._db.execute(
-                    "UPDATE decisions SET last_error = ? WHERE seq = ?", (str(err), seq)
-                )
-                if err.permanent:
-                    log.error(
-                        "%s: %s refused by %s, not retried: %s",
-                        decision.node,
-                        decision.action,
-                        self._sink.name,
-                        err,
-                    )
-                    self._finish(seq, Status.FAILED, "refused", str(err))
-                    self._settled(decision, Status.FAILED, str(err))
-                    continue
-                await self._back_off(decision, attempts, err)
-                continue
-            self._inflight = None
-            self._finish(seq, status, outcome)
-            self._settled(decision, status, outcome)
-            if self._failures:
-                log.info("%s: reachable again", self._sink.name)
-            self._failures = 0
-            level = logging.WARNING if status is Status.SKIPPED else logging.INFO
-            log.log(
-                level,
-                "%s: %s %s by %s after %d attempt(s): %s",
-                decision.node,
-                decision.action,
-                status,
-                self._sink.name,
-                attempts,
-                outcome,
-            )
-
-    def _settled(self, decision: Decision, status: Status, outcome: str) -> None:
-        if self.on_settled is not None:
-            self.on_settled(decision, status, outcome)
-
-    async def _back_off(self, decision: Decision, attempts: int, err: DeliveryError) -> None:
-        assert self._sink is not None
-        self._failures += 1
-        delay = self._retry_delay()
-        level = logging.WARNING if self._failures == 1 else logging.DEBUG
-        log.log(
-            level,
-            "%s: delivering %s to %s failed (attempt %d), retry in %.1fs: %s",
-            decision.node,
-            decision.action,
-            self._sink.name,
-            attempts,
-            delay,
-            err,
-        )
-        # Sleep, but wake early if a newer decision arrives (it may replace this one).
-        self._wakeup.clear()
-        await self._sleep(delay, self._wakeup)
-
-    def _mark_sent(self) -> None:
-        """Note, before writing, that the scheduler may see this row from now on."""
-        self._db.execute("UPDATE decisions SET sent = 1 WHERE seq = ?", (self._inflight,))
-
-    async def _attempt(self, sink: SchedulerSink, decision: Decision) -> tuple[Status, str]:
-        if not isinstance(sink, ReadableSink):
-            self._mark_sent()
-            await sink.deliver(decision)
-            return Status.CONFIRMED, "accepted"
+    def _insert(self, decision: Decision, base: str, *, origin: str) -> str:
         node = decision.node
-        before = await _read_one(sink, node)
-        if before.foreign:
-            return Status.SKIPPED, f"left alone: {describe(before)}"
-        if before.satisfies(decision.action):
-            return Status.CONFIRMED, f"already {describe(before)}"
-        self._mark_sent()
-        await sink.deliver(decision)
-        after = await _read_one(sink, node)
-        if after.satisfies(decision.action):
-            return Status.CONFIRMED, f"read back {describe(after)}"
-        if after.foreign:
-            return Status.SKIPPED, f"taken over meanwhile: {describe(after)}"
-        raise DeliveryError(
-            f"{node}: written, but the scheduler shows {describe(after)}, not {intended(decision)}"
+        now = self._wall()
+        seq = self._next_seq
+        self._next_seq += 1
+        # The policy's keys repeat after a restart (its epoch starts again) and a
+        # repair re-queues an intent: the boot id and the row make each key unique.
+        key = f"{base}-{self.boot}-{seq}"
+        waiting = [r for r in self._pending.values() if r.decision.node == node]
+        replaceable = [r for r in waiting if r.seq != self.inflight]
+        for r in replaceable:
+            self._settle(r, Status.SUPERSEDED, f"superseded by {decision.action}", now=now)
+            log.info("%s: %s supersedes undelivered %s", node, decision.action, r.decision.action)
+        status, outcome = Status.PENDING, ""
+        # A row whose write was started may have reached the scheduler before a
+        # crash or a timeout: then the new decision is needed whatever was confirmed.
+        maybe_sent = len(replaceable) < len(waiting) or any(r.sent for r in replaceable)
+        if replaceable and not maybe_sent:
+            # e.g. a drain then a resume, neither delivered: the scheduler
+            # never saw the drain, so the resume is not needed either.
+            last = self._confirmed.get(node)
+            if decision.action is (last.decision.action if last else Action.RESUME):
+                status, outcome = Status.SUPERSEDED, "nothing left to send"
+                log.info("%s: %s: nothing left to send", node, decision.action)
+        row = Row(
+            seq,
+            replace(decision, key=key),
+            base,
+            origin,
+            status,
+            now,
+            self.boot,
+            outcome=outcome,
+            done_at=None if status is Status.PENDING else now,
         )
+        self._latest[node] = row
+        self._dirty[seq] = row
+        if status is Status.PENDING:
+            self._pending[seq] = row
+        return key
+
+    def _settle(self, row: Row, status: Status, outcome: str, *, now: float) -> None:
+        row.status, row.outcome, row.done_at = status, outcome, now
+        row.version += 1
+        self._dirty[row.seq] = row
+        self._pending.pop(row.seq, None)
+        if status is Status.CONFIRMED:
+            self._confirmed[row.decision.node] = row
+        elif status is Status.FAILED:
+            self._failed.append(row)
+
+    # ------------------------------------------------------------------ the deliverer's writes
+
+    def count_attempt(self, row: Row) -> None:
+        """One more delivery attempt (stored with the next write of the row)."""
+        row.attempts += 1
+        row.version += 1
+        self._dirty[row.seq] = row
+
+    async def mark_sent(self, row: Row) -> None:
+        """Note durably, before writing, that the scheduler may see this row from now on."""
+        row.sent = True
+        row.version += 1
+        self._dirty[row.seq] = row
+        await self._flush()
+
+    async def record_error(self, row: Row, error: str) -> None:
+        """A failed attempt's error, for /v1/outbox."""
+        row.last_error = error
+        row.version += 1
+        self._dirty[row.seq] = row
+        await self._flush()
+
+    async def finish(self, row: Row, status: Status, outcome: str, error: str = "") -> None:
+        """Settle a delivered row: confirmed, skipped or failed."""
+        if row.status is not Status.PENDING:
+            return
+        row.last_error = error or row.last_error
+        self._settle(row, status, outcome, now=self._wall())
+        await self._flush()
+
+    # ------------------------------------------------------------------ helpers for other tables
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one write transaction on the writer thread; StorageError on failure."""
+
+        def run(db: sqlite3.Connection) -> T:
+            with transaction(db):
+                return fn(db)
+
+        try:
+            result = await self._call(run)
+        except sqlite3.Error as err:
+            self.write_failures += 1
+            raise StorageError(f"outbox {self.path}: {err}") from err
+        self.commits += 1
+        return result
 
 
-async def _read_one(sink: ReadableSink, node: str) -> NodeView:
-    try:
-        views = await sink.read_state([node])
-    except NodeReadError as err:
-        raise DeliveryError(f"reading {node}: {err}", permanent=err.permanent) from err
-    view = views.get(node)
-    if view is None or not view.exists:
-        raise DeliveryError(f"{node}: the scheduler does not know this node", permanent=True)
-    return view
-
-
-def default_path() -> Path:
-    """Where the outbox lives when the config does not say: systemd's StateDirectory."""
-    state = os.environ.get("STATE_DIRECTORY", "/var/lib/rackguard").split(":")[0]
-    return Path(state) / "outbox.sqlite3"
+def pending_summary(items: Iterable[Pending]) -> str:
+    """``gpu01 drain, gpu02 resume`` for logs."""
+    return ", ".join(f"{p.decision.node} {p.decision.action}" for p in items)

@@ -1,8 +1,10 @@
 """Operator overrides: pins, a pause of predictive drains, the storm breaker's reset.
 
-Kept in the outbox's SQLite file, so a pin survives a restart, and every change
-is written to the audit table that the decision log (GET /v1/decisions) reads
-beside the decisions.
+Kept in the outbox's SQLite file (the decision store owns the tables and runs
+the writes on its thread), so a pin survives a restart, and every change is
+written to the audit table that the decision log (GET /v1/decisions) reads
+beside the decisions. An override the disk refuses is not applied (StorageError):
+the operator is told, rather than a pin silently lost at the next restart.
 """
 
 from __future__ import annotations
@@ -16,22 +18,8 @@ from typing import Any
 
 import orjson
 
-from daemon.delivery.sqlite_tx import transaction
+from daemon.delivery.outbox import DecisionStore
 from policies.safety import Overrides, Pin
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS overrides (key TEXT PRIMARY KEY, body BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    actor TEXT NOT NULL,
-    action TEXT NOT NULL,
-    node TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    body BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
-"""
 
 ACTIONS = ("pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm")
 
@@ -93,27 +81,29 @@ class OverrideStore:
 
     def __init__(
         self,
-        db: sqlite3.Connection,
+        store: DecisionStore,
         *,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._db = db
+        self._store = store
         self._wall = wall
         self._mono = mono
-        db.executescript(_SCHEMA)
         self.pins: dict[str, tuple[Pin, str]] = {}
         self.paused: tuple[bool, str] = (False, "")
         self._storm_reset_at: float | None = None
-        for key, body in db.execute("SELECT key, body FROM overrides"):
+        for key, body in store.overrides_at_open:
             data = orjson.loads(body)
             if key.startswith("pin:"):
                 self.pins[key[4:]] = (Pin(data["pin"]), data["reason"])
             elif key == "paused":
                 self.paused = (bool(data["paused"]), data["reason"])
 
-    def apply(self, req: OverrideRequest) -> dict[str, Any]:
-        """Apply one request, persist it and audit it; returns the audit entry."""
+    async def apply(self, req: OverrideRequest) -> dict[str, Any]:
+        """Apply one request, persist it and audit it; returns the audit entry.
+
+        Raises StorageError (nothing applied) when the disk refuses the write.
+        """
         at = self._wall()
         body = {"action": req.action, "node": req.node, "reason": req.reason, "actor": req.actor}
         if req.pin is not None:
@@ -126,7 +116,8 @@ class OverrideStore:
             pins.pop(req.node, None)
         elif req.action in ("pause_predictive", "resume_predictive"):
             paused = (req.action == "pause_predictive", req.reason)
-        with transaction(self._db) as db:
+
+        def write(db: sqlite3.Connection) -> int | None:
             if req.action == "pin" and req.pin is not None:
                 self._put(db, f"pin:{req.node}", {"pin": req.pin.value, "reason": req.reason})
             elif req.action == "unpin":
@@ -137,11 +128,14 @@ class OverrideStore:
                 "INSERT INTO audit (at, actor, action, node, reason, body) VALUES (?,?,?,?,?,?)",
                 (at, req.actor, req.action, req.node, req.reason, orjson.dumps(body)),
             )
+            return cur.lastrowid
+
+        ident = await self._store.write(write)
         # Only what was committed reaches the policy.
         self.pins, self.paused = pins, paused
         if req.action == "reset_storm":
             self._storm_reset_at = self._mono()
-        return {"id": cur.lastrowid, "at": at, **body}
+        return {"id": ident, "at": at, **body}
 
     @staticmethod
     def _put(db: sqlite3.Connection, key: str, value: dict[str, Any]) -> None:

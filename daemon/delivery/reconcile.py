@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.schedulers.base import NodeReadError, ReadableSink, describe, intended
-from daemon.delivery.outbox import Outbox
+from daemon.delivery.outbox import DecisionStore
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Reconciler:
 
     def __init__(
         self,
-        outbox: Outbox,
+        outbox: DecisionStore,
         sink: ReadableSink,
         *,
         interval_s: float = 60.0,

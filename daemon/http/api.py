@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
+from daemon.delivery.outbox import StorageError
 from daemon.delivery.overrides import OverrideError, OverrideRequest
 from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError, page
 from daemon.http.events import Event
@@ -82,12 +83,14 @@ async def readyz(request: web.Request) -> web.Response:
     """Every configured source has reported once, and the outbox accepts writes."""
     d = request.app[_DAEMON]
     sources = {r.name: d.store.reported(r.name) for r in d.runners}
-    outbox_ok, outbox_error = d.delivery.writable()
-    ready = all(sources.values()) and outbox_ok
+    checks = d.decisions.health() + d.deliverer.health()
+    problems = [reason for ok, reason in checks if not ok]
+    ready = all(sources.values()) and not problems
     body = {
         "ready": ready,
         "sources": sources,
-        "outbox": {"writable": outbox_ok, "error": outbox_error},
+        "outbox": {"writable": not d.decisions.error, "error": d.decisions.error},
+        "problems": problems,
     }
     return json_response(body, 200 if ready else 503)
 
@@ -203,9 +206,11 @@ async def decisions(request: web.Request) -> web.Response:
         cursor=request.query.get("cursor"),
     )
     try:
-        items, cursor = page(d.delivery.db, q)
+        items, cursor = await d.decisions.query(lambda db: page(db, q))
     except QueryError as err:
         raise ApiError(400, "bad_parameter", str(err)) from err
+    except StorageError as err:
+        raise ApiError(503, "storage", str(err)) from err
     return json_response({"items": items, "next_cursor": cursor})
 
 
@@ -220,10 +225,12 @@ async def outbox(request: web.Request) -> web.Response:
             "last_error": p.last_error,
             "queued_at": p.queued_at,
             "origin": p.origin,
+            "durable": p.durable,
         }
-        for p in d.delivery.pending()
+        for p in d.decisions.pending()
     ]
-    return json_response({"pending": len(items), "items": items})
+    body = {"pending": len(items), "items": items, "refusal": d.deliverer.refusal or None}
+    return json_response(body)
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -300,7 +307,10 @@ async def post_overrides(request: web.Request) -> web.Response:
         req = OverrideRequest.parse(body)
     except OverrideError as err:
         raise ApiError(400, "bad_override", str(err)) from err
-    entry = request.app[_DAEMON].apply_override(req)
+    try:
+        entry = await request.app[_DAEMON].apply_override(req)
+    except StorageError as err:
+        raise ApiError(503, "storage", f"override not applied: {err}") from err
     return json_response({"applied": entry, "overrides": request.app[_DAEMON].overrides.current()})
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from policies.model import Decision, Reading, SensorKind
@@ -149,8 +149,35 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "rackguard_outbox_pending",
             "Decisions waiting for the scheduler to confirm them.",
-            value=len(d.delivery.pending()),
+            value=len(d.decisions),
         )
+        yield from _delivery_families(d)
+
+
+def _delivery_families(d: Daemon) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "rackguard_outbox_writable",
+        "1 while the outbox's disk takes writes; 0 while decisions are held in memory only.",
+        value=0.0 if d.decisions.error else 1.0,
+    )
+    yield GaugeMetricFamily(
+        "rackguard_outbox_not_durable",
+        "Decision changes held in memory only, waiting for the disk.",
+        value=d.decisions.not_durable(),
+    )
+    writes = CounterMetricFamily(
+        "rackguard_outbox_write_failures", "Outbox write transactions the disk refused."
+    )
+    writes.add_metric([], d.decisions.write_failures)
+    yield writes
+    failures = CounterMetricFamily(
+        "rackguard_delivery_failures",
+        "Failed delivery attempts, by reason (unreachable, auth, not_found, refused, malformed).",
+        labels=["reason"],
+    )
+    for reason, n in sorted(d.deliverer.failures.items()):
+        failures.add_metric([reason], n)
+    yield failures
 
 
 class Metrics:

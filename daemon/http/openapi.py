@@ -155,6 +155,8 @@ SCHEMAS: dict[str, Any] = {
         "required": ["pending", "items"],
         "properties": {
             "pending": {"type": "integer"},
+            # The scheduler's refusal an operator must fix (auth, not found), or null.
+            "refusal": {"type": ["string", "null"]},
             "items": {
                 "type": "array",
                 "items": {
@@ -167,6 +169,7 @@ SCHEMAS: dict[str, Any] = {
                         "last_error": _STR,
                         "queued_at": {"type": "number"},
                         "origin": _STR,
+                        "durable": {"type": "boolean"},
                     },
                 },
             },
@@ -213,7 +216,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "Ready": {
         "type": "object",
-        "required": ["ready", "sources", "outbox"],
+        "required": ["ready", "sources", "outbox", "problems"],
         "properties": {
             "ready": {"type": "boolean"},
             "sources": {"type": "object", "additionalProperties": {"type": "boolean"}},
@@ -221,6 +224,8 @@ SCHEMAS: dict[str, Any] = {
                 "type": "object",
                 "properties": {"writable": {"type": "boolean"}, "error": _STR},
             },
+            # Why not ready: the disk refusing or stalling, a refusal by the scheduler.
+            "problems": {"type": "array", "items": _STR},
         },
     },
     "Health": {

@@ -22,7 +22,8 @@ from adapters.schedulers.decision_json import assessment_to_dict, decision_to_di
 from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.config import Config, ConfigError, load_config, read_secret
 from daemon.config.policy import policy_settings
-from daemon.delivery.outbox import MEMORY, Outbox, OutboxBusy, Status
+from daemon.delivery.deliverer import Deliverer
+from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_sink
@@ -100,23 +101,22 @@ class Daemon:
                 raise StartupError(f"scheduler: {err}") from err
         self.sink = sink
         sched = config.scheduler
-        if sched is not None and sched.outbox_path is None:
-            log.warning(
-                "scheduler.outbox_path is not set: undelivered decisions will not survive a restart"
-            )
         try:
-            self.delivery = Outbox(
-                (sched.outbox_path or MEMORY) if sched else MEMORY,
-                sink,
-                retry_initial_s=sched.retry_initial_s if sched else 1.0,
-                retry_max_s=sched.retry_max_s if sched else 60.0,
-                rng=self._rng,
-            )
-        except (OutboxBusy, sqlite3.Error, OSError) as err:
+            self.decisions = DecisionStore(outbox_location(sched.outbox_path if sched else None))
+        except (OutboxBusy, OutboxRefused, sqlite3.Error, OSError) as err:
             raise StartupError(f"scheduler.outbox_path: {err}") from err
+        self.deliverer = Deliverer(
+            self.decisions,
+            sink,
+            retry_initial_s=sched.retry_initial_s if sched else 1.0,
+            retry_max_s=sched.retry_max_s if sched else 60.0,
+            rng=self._rng,
+        )
         self.reconciler: Reconciler | None = None
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
-            self.reconciler = Reconciler(self.delivery, sink, interval_s=sched.reconcile_interval_s)
+            self.reconciler = Reconciler(
+                self.decisions, sink, interval_s=sched.reconcile_interval_s
+            )
         self.engine = PolicyEngine(
             config.node.name,
             policy_settings(config.policy),
@@ -127,9 +127,9 @@ class Daemon:
         # After a restart, the policy starts from what it last asked for: a node
         # drained before the restart is resumed by the rule, not forgotten.
         self._restore_from_outbox(only_out_of_service=True)
-        self.delivery.on_settled = self._on_settled
+        self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
-        self.overrides = OverrideStore(self.delivery.db)
+        self.overrides = OverrideStore(self.decisions)
         self.engine.overrides = self.overrides.to_policy()
         self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
         self._stop = asyncio.Event()
@@ -140,7 +140,7 @@ class Daemon:
         self.ready = asyncio.Event()
 
     def _restore_from_outbox(self, *, only_out_of_service: bool = False) -> None:
-        intent = self.delivery.intents().get(self.config.node.name)
+        intent = self.decisions.intents().get(self.config.node.name)
         action = intent.action if intent is not None else Action.RESUME
         if action is Action.RESUME and only_out_of_service:
             return
@@ -162,7 +162,7 @@ class Daemon:
 
     def _on_decision(self, decision: Decision) -> None:
         self.metrics.count_decision(decision)
-        self.delivery.submit(decision)
+        self.decisions.submit(decision)  # durable (or held in memory) before it is sent
         self.events.publish("decision", decision_to_dict(decision))
 
     def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
@@ -177,9 +177,9 @@ class Daemon:
             },
         )
 
-    def apply_override(self, req: OverrideRequest) -> dict[str, Any]:
+    async def apply_override(self, req: OverrideRequest) -> dict[str, Any]:
         """Apply an operator override (validated by the API), audit it and tell the policy."""
-        entry = self.overrides.apply(req)
+        entry = await self.overrides.apply(req)
         self.engine.overrides = self.overrides.to_policy()
         log.warning(
             "override by %s: %s%s (%s)",
@@ -242,7 +242,8 @@ class Daemon:
                     tg.create_task(
                         self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
                     )
-                    tg.create_task(self.delivery.run(), name="delivery")
+                    tg.create_task(self.deliverer.run(), name="delivery")
+                    tg.create_task(self.decisions.run(), name="storage")
                     if self.reconciler is not None:
                         tg.create_task(self.reconciler.run(), name="reconcile")
                     tg.create_task(self._mark_ready(), name="ready")
@@ -371,7 +372,7 @@ class Daemon:
         outcome = self.engine.last
         cond = outcome.node.condition.value if outcome else "starting"
         sources = ", ".join(f"{r.name} {r.health}" for r in self.runners)
-        pending = len(self.delivery.pending())
+        pending = len(self.decisions)
         return f"{self.config.node.name}: {cond}; sources: {sources}; undelivered: {pending}"
 
     async def _report_status(self) -> None:
@@ -404,7 +405,7 @@ class Daemon:
     async def _shutdown(self, api: web.AppRunner) -> None:
         self.notifier.stopping()
         self.events.close()  # SSE handlers return, so the API can close at once
-        pending = self.delivery.pending()
+        pending = self.decisions.pending()
         if pending:
             log.warning(
                 "stopping with %d undelivered decision(s): %s",
@@ -416,7 +417,7 @@ class Daemon:
                 await api.cleanup()
                 if self.sink is not None:
                     await self.sink.close()
-        self.delivery.close()
+        self.decisions.close()
         if self.recorder is not None:
             self.recorder.close()
         self.notifier.close()

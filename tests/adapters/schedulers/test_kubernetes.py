@@ -20,9 +20,10 @@ from adapters.schedulers.kubernetes import (
 )
 from daemon.config import ConfigError, parse_config
 from daemon.config.scheduler import KubernetesSchedulerConfig
-from daemon.delivery.outbox import Outbox, Status
+from daemon.delivery.outbox import Status
 from fakes.kube_api import Budget, FakeKubeApi
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.wait import wait_until
 
 KEY = "rackguard.io/thermal"
@@ -129,7 +130,7 @@ async def test_a_node_cordoned_by_someone_else_is_left_alone(
     try:
         outbox.submit(decision("node-b", Action.DRAIN))
         await wait_until(lambda: not outbox.pending())
-        assert [r.status for r in outbox.history()] == [Status.SKIPPED]
+        assert [r.status for r in (await outbox.history())] == [Status.SKIPPED]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -188,7 +189,11 @@ async def test_errors_map_to_permanent_or_transient(
             await bad.deliver(decision("node-a", Action.DRAIN))
     finally:
         await bad.close()
-    assert not unauthorized.value.permanent and "401" in str(unauthorized.value)
+    # Operator-fixable (a token to rotate): retried slowly, never final.
+    assert unauthorized.value.reason == "auth" and "401" in str(unauthorized.value)
+    assert unauthorized.value.permanent and not unauthorized.value.final
+    assert missing.value.reason == "not_found" and not missing.value.final
+    assert forbidden.value.reason == "auth"
 
 
 async def test_the_fake_enforces_real_patch_semantics(api: FakeKubeApi) -> None:

@@ -23,15 +23,15 @@ import pytest
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
-from daemon.delivery.outbox import Outbox, Status
+from daemon.delivery.outbox import Status
 from daemon.delivery.reconcile import Finding, Reconciler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
-from tests.support.paths import ROOT
+from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 
-
+ROOT = Path(__file__).resolve().parent.parent
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 
 
@@ -201,7 +201,7 @@ async def test_drain_exclude_and_resume_through_the_outbox(clean: Cluster, outbo
     await deliver_all(outbox, decision("gpu01", Action.RESUME, 3))
     shown = clean.show("gpu01")
     assert "DRAIN" not in shown and "DOWN" not in shown.split("Reason=")[0]
-    assert [r.status for r in outbox.history()] == [Status.CONFIRMED] * 3
+    assert [r.status for r in (await outbox.history())] == [Status.CONFIRMED] * 3
     assert outbox.confirmed == {"gpu01": Action.RESUME}
 
 
@@ -211,7 +211,7 @@ async def test_a_drain_by_an_administrator_is_left_alone(clean: Cluster, outbox:
     await deliver_all(outbox, decision("gpu02", Action.RESUME, 2))
     shown = clean.show("gpu02")
     assert "State=IDLE+DRAIN" in shown and "Reason=maint ticket-1" in shown
-    assert [r.status for r in outbox.history()] == [Status.SKIPPED, Status.SKIPPED]
+    assert [r.status for r in (await outbox.history())] == [Status.SKIPPED, Status.SKIPPED]
 
 
 async def test_a_node_resumed_by_hand_is_drained_again_by_reconciliation(
@@ -221,7 +221,7 @@ async def test_a_node_resumed_by_hand_is_drained_again_by_reconciliation(
     await deliver_all(outbox, decision("gpu03", Action.DRAIN), decision("gpu04", Action.DRAIN))
     clean.scontrol("update", "nodename=gpu03", "state=resume")  # an operator, by hand
     assert "DRAIN" not in clean.show("gpu03").split("Reason=")[0]
-    reconciler = Reconciler(outbox, sink, interval_s=0.1)
+    reconciler = Reconciler(outbox.store, sink, interval_s=0.1)
     findings = {f.node: f.finding for f in await reconciler.reconcile_once()}
     assert findings == {"gpu03": Finding.DRIFTED, "gpu04": Finding.FOREIGN}
     await deliver_all(outbox)
@@ -231,10 +231,16 @@ async def test_a_node_resumed_by_hand_is_drained_again_by_reconciliation(
     assert again == {"gpu03": Finding.IN_SYNC, "gpu04": Finding.FOREIGN}
 
 
-async def test_unknown_node_is_a_permanent_error(outbox: Outbox) -> None:
-    await deliver_all(outbox, decision("gpu99", Action.DRAIN))
-    ((failed, error),) = outbox.failed
-    assert failed.node == "gpu99" and "does not know this node" in error
+async def test_unknown_node_is_retried_until_an_operator_registers_it(outbox: Outbox) -> None:
+    task = asyncio.create_task(outbox.run())
+    try:
+        outbox.submit(decision("gpu99", Action.DRAIN))
+        await wait_until(lambda: outbox.deliverer.refusal, timeout=60)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert "does not know this node" in outbox.deliverer.refusal
+    assert [p.decision.node for p in outbox.pending()] == ["gpu99"] and not outbox.failed
 
 
 async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_path: Path) -> None:

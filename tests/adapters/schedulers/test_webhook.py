@@ -13,9 +13,10 @@ import pytest
 
 from adapters.base import DeliveryError
 from adapters.schedulers.webhook import WebhookSink, sign
-from daemon.delivery.queue import DeliveryQueue
+from daemon.delivery.outbox import MEMORY
 from fakes.scheduler import FakeWebhookScheduler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.delivery import StoreAndDeliverer
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
 
 
@@ -48,14 +49,15 @@ async def test_webhook_delivers_signed_json(receiver: FakeWebhookScheduler) -> N
     assert receiver.node_state["n1"] == "drained"
 
 
-async def test_wrong_secret_is_a_permanent_error(receiver: FakeWebhookScheduler) -> None:
+async def test_wrong_secret_is_an_error_an_operator_fixes(receiver: FakeWebhookScheduler) -> None:
     sink = WebhookSink(receiver.url, b"wrong")
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("n1", Action.DRAIN))
     finally:
         await sink.close()
-    assert info.value.permanent and "HTTP 401" in str(info.value)
+    assert info.value.permanent and not info.value.final and info.value.reason == "auth"
+    assert "HTTP 401" in str(info.value)
     assert receiver.rejected_signatures == 1 and not receiver.received
 
 
@@ -77,7 +79,7 @@ async def test_5xx_and_refused_connections_are_transient(
         await dead.close()
 
 
-async def run_queue(queue: DeliveryQueue) -> asyncio.Task[None]:
+async def run_queue(queue: StoreAndDeliverer) -> asyncio.Task[None]:
     task = asyncio.create_task(queue.run())
     await asyncio.sleep(0)
     return task
@@ -91,7 +93,9 @@ async def stop(task: asyncio.Task[None]) -> None:
 async def test_outage_delays_but_never_drops(receiver: FakeWebhookScheduler) -> None:
     receiver.fail_next = 4  # four 503s, then the scheduler is back
     sink = WebhookSink(receiver.url, SECRET)
-    queue = DeliveryQueue(sink, retry_initial_s=0.02, retry_max_s=0.05, rng=random.Random(1))
+    queue = StoreAndDeliverer(
+        MEMORY, sink, retry_initial_s=0.02, retry_max_s=0.05, rng=random.Random(1)
+    )
     task = await run_queue(queue)
     try:
         queue.submit(decision("n1", Action.DRAIN))
@@ -108,15 +112,18 @@ async def test_outage_delays_but_never_drops(receiver: FakeWebhookScheduler) -> 
     finally:
         await stop(task)
         await sink.close()
+        queue.close()
 
 
 async def test_undelivered_drain_then_resume_sends_nothing(
     receiver: FakeWebhookScheduler,
 ) -> None:
     sink = WebhookSink(receiver.url, SECRET)
-    queue = DeliveryQueue(sink, retry_initial_s=0.01, retry_max_s=0.02, rng=random.Random(2))
+    queue = StoreAndDeliverer(
+        MEMORY, sink, retry_initial_s=0.01, retry_max_s=0.02, rng=random.Random(2)
+    )
     queue.submit(decision("n1", Action.DRAIN, 1))
-    queue.submit(decision("n1", Action.RESUME, 2))
+    await queue.submit(decision("n1", Action.RESUME, 2))
     assert queue.pending() == []
     queue.submit(decision("n2", Action.DRAIN, 1))
     queue.submit(decision("n2", Action.EXCLUDE, 2))  # escalation replaces the drain
@@ -134,13 +141,16 @@ async def test_undelivered_drain_then_resume_sends_nothing(
     finally:
         await stop(task)
         await sink.close()
+        queue.close()
 
 
 async def test_permanent_error_is_not_retried_forever(receiver: FakeWebhookScheduler) -> None:
     receiver.fail_next = 100
     receiver.fail_status = 400
     sink = WebhookSink(receiver.url, SECRET)
-    queue = DeliveryQueue(sink, retry_initial_s=0.01, retry_max_s=0.01, rng=random.Random(3))
+    queue = StoreAndDeliverer(
+        MEMORY, sink, retry_initial_s=0.01, retry_max_s=0.01, rng=random.Random(3)
+    )
     task = await run_queue(queue)
     try:
         queue.submit(decision("n1", Action.DRAIN))
@@ -150,31 +160,34 @@ async def test_permanent_error_is_not_retried_forever(receiver: FakeWebhookSched
     finally:
         await stop(task)
         await sink.close()
+        queue.close()
 
 
 async def test_dry_run_decisions_are_not_sent() -> None:
-    queue = DeliveryQueue(None)
+    queue = StoreAndDeliverer(MEMORY, None)
     d = Decision("n1", Action.DRAIN, f"{REASON_PREFIX} x", FaultDomain.GPU, 0.0, "k", dry_run=True)
-    queue.submit(d)
+    assert await queue.submit(d) is None
     assert queue.pending() == []
+    queue.close()
 
 
 async def test_webhook_decisions_survive_a_restart(
     receiver: FakeWebhookScheduler, tmp_path: Path
 ) -> None:
     db = tmp_path / "outbox.sqlite3"
-    first = DeliveryQueue(None, path=db)
-    first.submit(decision("n1", Action.DRAIN, 1))
+    first = StoreAndDeliverer(db, None)
+    stored = await first.submit(decision("n1", Action.DRAIN, 1))
     first.close()  # as if the process died before delivering
     sink = WebhookSink(receiver.url, SECRET)
-    queue = DeliveryQueue(sink, path=db, retry_initial_s=0.01, retry_max_s=0.02)
+    queue = StoreAndDeliverer(db, sink, retry_initial_s=0.01, retry_max_s=0.02)
     task = await run_queue(queue)
     try:
         for _ in range(200):
             if not queue.pending():
                 break
             await asyncio.sleep(0.01)
-        assert [r.key for r in receiver.received] == [idempotency_key("n1", Action.DRAIN, 1)]
+        assert [r.key for r in receiver.received] == [stored]
+        assert stored and stored.startswith(idempotency_key("n1", Action.DRAIN, 1))
         assert queue.confirmed == {"n1": Action.DRAIN}
     finally:
         await stop(task)
@@ -187,7 +200,7 @@ async def test_keys_reused_after_a_restart_reach_the_receiver_as_new(
 ) -> None:
     # The policy's epochs start again at 1 in a new process: the same key, a new decision.
     sink = WebhookSink(receiver.url, SECRET)
-    queue = DeliveryQueue(sink, path=tmp_path / "o.db", retry_initial_s=0.01, retry_max_s=0.02)
+    queue = StoreAndDeliverer(tmp_path / "o.db", sink, retry_initial_s=0.01, retry_max_s=0.02)
     task = await run_queue(queue)
     try:
         for d in (

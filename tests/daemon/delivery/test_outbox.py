@@ -13,9 +13,10 @@ import pytest
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
-from daemon.delivery.outbox import Outbox, OutboxBusy, Status
+from daemon.delivery.outbox import DecisionStore, OutboxBusy, Status
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.wait import wait_until
 
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
@@ -86,19 +87,17 @@ async def drained(outbox: Outbox) -> None:
     await wait_until(lambda: not outbox.pending())
 
 
-def test_pending_decisions_survive_a_restart(tmp_path: Path) -> None:
+async def test_pending_decisions_survive_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "outbox.sqlite3"
-    first = Outbox(db, None)
-    first.submit(decision("gpu01", Action.DRAIN))
-    first.submit(decision("gpu02", Action.EXCLUDE))
+    first = DecisionStore(db)
+    k1 = await first.submit(decision("gpu01", Action.DRAIN))
+    k2 = await first.submit(decision("gpu02", Action.EXCLUDE))
     first.close()
-    second = Outbox(db, None)
+    second = DecisionStore(db)
     try:
         got = [(p.decision.node, p.decision.action, p.decision.key) for p in second.pending()]
-        assert got == [
-            ("gpu01", Action.DRAIN, idempotency_key("gpu01", Action.DRAIN, 1)),
-            ("gpu02", Action.EXCLUDE, idempotency_key("gpu02", Action.EXCLUDE, 1)),
-        ]
+        assert got == [("gpu01", Action.DRAIN, k1), ("gpu02", Action.EXCLUDE, k2)]
+        assert all(p.durable for p in second.pending())
         assert second.pending()[0].decision.reason == f"{REASON_PREFIX} test drain #1"
         assert second._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
@@ -107,40 +106,43 @@ def test_pending_decisions_survive_a_restart(tmp_path: Path) -> None:
 
 def test_a_second_process_cannot_open_the_same_outbox(tmp_path: Path) -> None:
     db = tmp_path / "outbox.sqlite3"
-    first = Outbox(db, None)
+    first = DecisionStore(db)
     try:
         with pytest.raises(OutboxBusy):
-            Outbox(db, None)
+            DecisionStore(db)
     finally:
         first.close()
-    Outbox(db, None).close()  # free again once closed
+    DecisionStore(db).close()  # free again once closed
 
 
-def test_a_reused_key_gets_its_own_suffix(tmp_path: Path) -> None:
-    # The policy's epochs restart with the process, so keys repeat across restarts.
-    outbox = Outbox(tmp_path / "o.db", None)
-    try:
-        k1 = outbox.submit(decision("gpu01", Action.DRAIN, 1))
-        outbox.submit(decision("gpu01", Action.RESUME, 2))
-        k2 = outbox.submit(decision("gpu01", Action.DRAIN, 1))
-        assert k1 == idempotency_key("gpu01", Action.DRAIN, 1)
-        assert k2 == f"{k1}-1"
-        assert outbox.intents()["gpu01"].key == k2
-    finally:
-        outbox.close()
+async def test_keys_are_unique_across_restarts(tmp_path: Path) -> None:
+    # The policy's epochs restart with the process, so its keys repeat across restarts.
+    keys = []
+    for _ in range(2):
+        store = DecisionStore(tmp_path / "o.db")
+        try:
+            keys.append(await store.submit(decision("gpu01", Action.DRAIN, 1)))
+            keys.append(await store.submit(decision("gpu01", Action.RESUME, 2)))
+            assert store.intents()["gpu01"].key == keys[-1]
+        finally:
+            store.close()
+    assert len(set(keys)) == 4
+    assert all(k and k.startswith(idempotency_key("gpu01", Action.DRAIN, 1)) for k in keys[::2])
 
 
-def test_coalescing_keeps_only_what_is_still_needed(tmp_path: Path) -> None:
-    outbox = Outbox(tmp_path / "o.db", None)
+async def test_coalescing_keeps_only_what_is_still_needed(tmp_path: Path) -> None:
+    outbox = DecisionStore(tmp_path / "o.db")
     try:
         outbox.submit(decision("gpu01", Action.DRAIN, 1))
         outbox.submit(decision("gpu02", Action.DRAIN, 1))
         outbox.submit(decision("gpu01", Action.RESUME, 2))  # never sent: nothing to undo
-        outbox.submit(decision("gpu02", Action.EXCLUDE, 2))  # escalation replaces the drain
+        await outbox.submit(decision("gpu02", Action.EXCLUDE, 2))  # replaces the drain
         assert [(p.decision.node, p.decision.action) for p in outbox.pending()] == [
             ("gpu02", Action.EXCLUDE)
         ]
-        statuses = [(r.decision.node, r.decision.action, r.status) for r in outbox.history()]
+        statuses = [
+            (r.decision.node, r.decision.action, r.status) for r in (await outbox.history())
+        ]
         assert statuses == [
             ("gpu02", Action.EXCLUDE, Status.PENDING),
             ("gpu01", Action.RESUME, Status.SUPERSEDED),
@@ -170,7 +172,7 @@ async def test_delivery_writes_then_reads_back(
     ]
     assert fake.nodes["gpu01"].reason == f"{REASON_PREFIX} test drain #1"
     assert outbox.confirmed == {"gpu01": Action.DRAIN, "gpu02": Action.EXCLUDE}
-    assert all(r.outcome.startswith("read back") for r in outbox.history())
+    assert all(r.outcome.startswith("read back") for r in (await outbox.history()))
 
 
 async def test_a_node_already_as_intended_is_not_written_again(
@@ -188,8 +190,8 @@ async def test_a_node_already_as_intended_is_not_written_again(
     finally:
         await stop(task)
     assert fake.writes == []
-    assert [r.status for r in outbox.history()] == [Status.CONFIRMED, Status.CONFIRMED]
-    assert outbox.history()[1].outcome.startswith("already drained")
+    assert [r.status for r in (await outbox.history())] == [Status.CONFIRMED, Status.CONFIRMED]
+    assert (await outbox.history())[1].outcome.startswith("already drained")
 
 
 async def test_a_node_drained_by_someone_else_is_left_alone(
@@ -209,7 +211,7 @@ async def test_a_node_drained_by_someone_else_is_left_alone(
     assert [w.node for w in fake.writes] == ["gpu03"]
     node = fake.nodes["gpu02"]
     assert node.flags == ["DRAIN"] and node.reason == "maint ticket-1"
-    skipped = [r for r in outbox.history() if r.status is Status.SKIPPED]
+    skipped = [r for r in (await outbox.history()) if r.status is Status.SKIPPED]
     assert [r.decision.action for r in skipped] == [Action.RESUME, Action.EXCLUDE]
     assert all("maint ticket-1" in r.outcome for r in skipped)
 
@@ -225,27 +227,30 @@ async def test_an_unconfirmed_write_is_retried_until_read_back(
         await drained(outbox)
     finally:
         await stop(task)
-    (record,) = outbox.history()
+    (record,) = await outbox.history()
     assert record.status is Status.CONFIRMED and record.attempts == 3
     assert len(fake.writes) == 1 and fake.nodes["gpu01"].flags == ["DRAIN"]
 
 
-async def test_permanent_slurm_errors_are_not_retried(
+async def test_an_unknown_node_is_retried_slowly_until_an_operator_registers_it(
     opened: Callable[..., Outbox], fake: FakeSlurmrestd, sink: SlurmSink
 ) -> None:
     outbox = opened(sink)
     task = await start(outbox)
     try:
         outbox.submit(decision("gpu99", Action.DRAIN))
-        outbox.submit(decision("gpu01", Action.DRAIN))
-        await drained(outbox)
+        await wait_until(lambda: outbox.deliverer.refusal)
+        assert "does not know this node" in outbox.deliverer.refusal
+        await wait_until(
+            lambda: len([p for _, p in fake.requests if p.endswith("/node/gpu99")]) > 2
+        )
+        assert [p.decision.node for p in outbox.pending()] == ["gpu99"]
+        assert outbox.deliverer.failures["not_found"] >= 1
+        ok, reason = outbox.deliverer.health()[0]
+        assert not ok and "not_found" in reason
     finally:
         await stop(task)
-    ((failed, error),) = outbox.failed
-    assert failed.node == "gpu99" and "does not know this node" in error
-    assert outbox.confirmed == {"gpu01": Action.DRAIN}
-    node_gets = [p for m, p in fake.requests if p.endswith("/node/gpu99")]
-    assert len(node_gets) == 1  # one read, no retries
+    assert not outbox.failed and fake.writes == []
 
 
 async def test_a_write_that_may_have_landed_is_not_coalesced_away(

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
-from daemon.delivery.outbox import Outbox
 from fakes.slurmrestd import FakeNode, FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.paths import ROOT
 
 NODES = tuple(f"gpu{i:02d}" for i in range(1, 7))
@@ -62,7 +62,7 @@ async def drive(db: str, url: str, token_file: str) -> None:
     sink = SlurmSink(url, token=JwtToken(Path(token_file)), timeout_s=2.0)
     outbox = Outbox(db, sink, retry_initial_s=0.01, retry_max_s=0.05)
     delivery = asyncio.create_task(outbox.run())
-    first = outbox.submitted_count()
+    first = await outbox.store.submitted_count()
     print(f"START {first}", flush=True)
     rng = random.Random()
     for d in plan()[first:]:

@@ -12,10 +12,10 @@ import pytest
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
-from daemon.delivery.outbox import Outbox
 from daemon.delivery.reconcile import Finding, Reconciler
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.wait import wait_until
 
 
@@ -79,7 +79,7 @@ async def test_drift_is_repaired_and_foreign_holds_are_left_alone(
     fake.admin_drain("gpu02", "hw ticket 9")  # an admin takes over our excluded node
     fake.admin_drain("gpu03", f"{REASON_PREFIX} stale drain")  # our reason, not intended
     writes_before = len(fake.writes)
-    reconciler = Reconciler(outbox, sink)
+    reconciler = Reconciler(outbox.store, sink)
     with caplog.at_level(logging.WARNING):
         findings = {f.node: f.finding for f in await reconciler.reconcile_once()}
         again = {f.node: f.finding for f in await reconciler.reconcile_once()}
@@ -107,25 +107,27 @@ async def test_repeated_manual_resumes_are_repaired_every_time(
 ) -> None:
     outbox.submit(decision("gpu01", Action.DRAIN))
     await flush(outbox)
-    reconciler = Reconciler(outbox, sink)
+    reconciler = Reconciler(outbox.store, sink)
     for round_ in range(3):  # the second repair once collided on its key and crashed
         fake.admin_resume("gpu01")
         findings = {f.node: f.finding for f in await reconciler.reconcile_once()}
         assert findings == {"gpu01": Finding.DRIFTED}, round_
         await flush(outbox)
         assert "DRAIN" in fake.nodes["gpu01"].flags, round_
-    keys = [r.decision.key for r in outbox.history(10)]
+    keys = [r.decision.key for r in (await outbox.history(10))]
     assert len(keys) == len(set(keys)) == 4
 
 
 async def test_unknown_nodes_are_reported_not_repaired(
     sink: SlurmSink, outbox: Outbox, fake: FakeSlurmrestd
 ) -> None:
-    outbox.submit(decision("gpu77", Action.DRAIN))
-    await flush(outbox)  # fails for good: unknown node
-    findings = await Reconciler(outbox, sink).reconcile_once()
-    assert [(f.node, f.finding) for f in findings] == [("gpu77", Finding.UNKNOWN_NODE)]
-    assert outbox.pending() == [] and fake.writes == []
+    outbox.submit(decision("gpu01", Action.DRAIN))
+    await flush(outbox)
+    del fake.nodes["gpu01"]  # taken out of the scheduler's configuration
+    writes = len(fake.writes)
+    findings = await Reconciler(outbox.store, sink).reconcile_once()
+    assert [(f.node, f.finding) for f in findings] == [("gpu01", Finding.UNKNOWN_NODE)]
+    assert outbox.pending() == [] and len(fake.writes) == writes
 
 
 async def test_run_survives_an_unreadable_scheduler(
@@ -145,7 +147,7 @@ async def test_run_survives_an_unreadable_scheduler(
             restarted.set()
         await asyncio.sleep(0.01)
 
-    reconciler = Reconciler(outbox, sink, interval_s=5.0, sleep=sleep)
+    reconciler = Reconciler(outbox.store, sink, interval_s=5.0, sleep=sleep)
     task = asyncio.create_task(reconciler.run())
     try:
         await wait_until(outbox.pending)

@@ -100,6 +100,7 @@ async def test_endpoints_match_the_openapi_document(
             "ready": True,
             "sources": {"gpus": True},
             "outbox": {"writable": True, "error": ""},
+            "problems": [],
         }
         check("State", await get(http, f"{base}/v1/state"))
         await wait_until(
@@ -112,13 +113,13 @@ async def test_endpoints_match_the_openapi_document(
         # A decision, undeliverable for now: it waits in the outbox.
         receiver.fail_next = 10**6
         nvml.gpus[2].temperature_c = 87.0
-        await wait_until(lambda: any(p.last_error for p in daemon.delivery.pending()))
+        await wait_until(lambda: any(p.last_error for p in daemon.decisions.pending()))
         ob = await get(http, f"{base}/v1/outbox")
         check("Outbox", ob)
         assert ob["pending"] == 1 and ob["items"][0]["decision"]["action"] == "drain"
         assert "HTTP 503" in ob["items"][0]["last_error"]
         receiver.fail_next = 0
-        await wait_until(lambda: not daemon.delivery.pending())
+        await wait_until(lambda: not daemon.decisions.pending())
 
         status, res = await post(
             http,
@@ -393,11 +394,15 @@ async def test_readyz_answers_at_once_when_another_process_holds_the_outbox_lock
         other = sqlite3.connect(outbox, isolation_level=None)  # e.g. an operator's sqlite3
         other.execute("BEGIN IMMEDIATE")
         try:
+            # The store probes on its writer thread; /readyz itself never touches the disk.
+            await wait_until(lambda: "locked" in daemon_.decisions.error)
             t0 = time.monotonic()
             body = await get(http, f"http://127.0.0.1:{daemon_.api_port}/readyz", status=503)
             assert time.monotonic() - t0 < 1.0  # not the 5 s busy timeout
             assert body["outbox"]["writable"] is False and "locked" in body["outbox"]["error"]
+            assert any("locked" in p for p in body["problems"])
         finally:
             other.execute("ROLLBACK")
             other.close()
+        await wait_until(lambda: not daemon_.decisions.error)
         assert (await get(http, f"http://127.0.0.1:{daemon_.api_port}/readyz"))["ready"]
