@@ -51,6 +51,7 @@ KEEP_DONE_ROWS = 10_000
 KEEP_FAILED_IN_MEMORY = 100
 BUSY_TIMEOUT_MS = 5000
 STALL_S = 5.0  # a write outstanding this long makes the store unhealthy
+READ_TIMEOUT_S = 3.0  # an API read waiting longer (behind a stalled write) gives up
 RETRY_S = 5.0  # how often rows held in memory are offered to a failing disk again
 
 SCHEMA_VERSION = 1
@@ -128,6 +129,7 @@ class Row:
     version: int = 1
     stored: int = 0
     held: bool = False  # its first write was tried (durable, or held in memory)
+    body: bytes = b""  # the decision as stored (encoded once)
 
     @property
     def durable(self) -> bool:
@@ -142,7 +144,7 @@ class Row:
             self.base_key,
             d.node,
             d.action.value,
-            _encode(d),
+            self.body or _encode(d),
             self.origin,
             self.status.value,
             self.attempts,
@@ -599,10 +601,21 @@ class DecisionStore:
         out.add_done_callback(lambda _: self._outstanding.remove(started))
         return out
 
-    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a read (or a whole write transaction) on the database; StorageError on failure."""
+    async def query(
+        self, fn: Callable[[sqlite3.Connection], T], timeout_s: float = READ_TIMEOUT_S
+    ) -> T:
+        """Run a read on the writer thread; StorageError on failure or past ``timeout_s``.
+
+        A read queued behind a stalled write gives up rather than hold an API
+        request for as long as the disk is frozen.
+        """
         try:
-            return await self._call(fn)
+            async with asyncio.timeout(timeout_s):
+                return await self._call(fn)
+        except TimeoutError as err:
+            raise StorageError(
+                f"outbox {self.path}: busy (a write is waiting for the disk)"
+            ) from err
         except sqlite3.Error as err:
             raise StorageError(f"outbox {self.path}: {err}") from err
 
@@ -823,6 +836,7 @@ class DecisionStore:
             outcome=outcome,
             done_at=None if status is Status.PENDING else now,
         )
+        row.body = _encode(row.decision)
         self._latest[node] = row
         self._dirty[seq] = row
         if status is Status.PENDING:

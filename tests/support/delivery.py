@@ -10,7 +10,19 @@ from typing import Any
 from adapters.base import SchedulerSink
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.outbox import DecisionStore, Pending, Record, Status
-from policies.model import Action, Decision
+from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+
+
+def decision(node: str, action: Action, epoch: int = 1) -> Decision:
+    """A policy-made decision for ``node`` at ``epoch`` (its key as the policy makes it)."""
+    return Decision(
+        node,
+        action,
+        f"{REASON_PREFIX} test {action} #{epoch}",
+        FaultDomain.GPU,
+        float(epoch),
+        idempotency_key(node, action, epoch),
+    )
 
 
 class StoreAndDeliverer:

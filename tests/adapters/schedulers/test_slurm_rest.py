@@ -206,7 +206,7 @@ async def test_a_token_about_to_expire_is_refreshed_first(
     assert token.refreshes == 1 and fake.auth_failures == 0
 
 
-async def test_a_refused_token_without_a_command_is_transient(
+async def test_a_refused_token_without_a_command_is_retried_as_an_auth_refusal(
     fake: FakeSlurmrestd, tmp_path: Path
 ) -> None:
     path = tmp_path / "jwt"
@@ -217,7 +217,8 @@ async def test_a_refused_token_without_a_command_is_transient(
             await sink.deliver(decision("gpu01", Action.DRAIN))
     finally:
         await sink.close()
-    assert not info.value.permanent and "HTTP 511" in str(info.value)
+    # The operator must fix the token: retried slowly and reported, never dropped.
+    assert info.value.reason == "auth" and not info.value.final and "HTTP 511" in str(info.value)
 
 
 def test_token_helpers() -> None:

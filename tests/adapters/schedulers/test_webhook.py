@@ -18,6 +18,7 @@ from fakes.scheduler import FakeWebhookScheduler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
+from tests.support.wait import wait_until
 
 
 def decision(node: str, action: Action, epoch: int = 1) -> Decision:
@@ -157,6 +158,26 @@ async def test_permanent_error_is_not_retried_forever(receiver: FakeWebhookSched
         await asyncio.sleep(0.2)
         assert receiver.fail_next == 99  # exactly one attempt
         assert not queue.pending() and len(queue.failed) == 1
+    finally:
+        await stop(task)
+        await sink.close()
+        queue.close()
+
+
+async def test_after_a_final_refusal_the_next_decision_is_still_delivered(
+    receiver: FakeWebhookScheduler,
+) -> None:
+    receiver.fail_next, receiver.fail_status = 1, 422  # the drain's body is refused for good
+    sink = WebhookSink(receiver.url, SECRET)
+    queue = StoreAndDeliverer(MEMORY, sink, retry_initial_s=0.01, retry_max_s=0.01)
+    task = await run_queue(queue)
+    try:
+        await queue.submit(decision("n1", Action.DRAIN, 1))
+        await wait_until(lambda: queue.failed, what="the drain failed")
+        await queue.submit(decision("n1", Action.EXCLUDE, 2))  # the node's intent now
+        await wait_until(lambda: "n1" in queue.confirmed, what="the exclude confirmed")
+        assert [r.payload["action"] for r in receiver.received] == ["exclude"]
+        assert queue.deliverer.failures == {"malformed": 1}
     finally:
         await stop(task)
         await sink.close()

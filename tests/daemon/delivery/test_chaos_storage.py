@@ -183,8 +183,8 @@ outbox_path = "{self.outbox}"
         return self.log.read_text(errors="replace")
 
 
-async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
-    async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+async def get(http: aiohttp.ClientSession, url: str, timeout_s: float = 2.0) -> tuple[int, Any]:
+    async with http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
         body = await resp.read()
         if resp.content_type == "application/json":
             return resp.status, orjson.loads(body)
@@ -248,17 +248,23 @@ async def running(
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[FakeWebhookScheduler]:
-    fake = FakeWebhookScheduler(WEBHOOK_SECRET)
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+async def ready_again_and_delivered(
+    d: Daemon, receiver: FakeWebhookScheduler, http: aiohttp.ClientSession, what: str
+) -> list[dict[str, Any]]:
+    """Wait for /readyz 200, then check every stored decision reached the receiver once."""
+
+    async def recovered() -> bool:
+        return (await ready(http, d))[0]
+
+    await wait_for_result(recovered, bool, timeout=20.0, what=f"ready again {what}")
+    stored = await decisions(http, d)
+    delivered_once_in_effect(receiver, [i["decision"]["key"] for i in stored])
+    return stored
 
 
 async def heat_until_delivered(
@@ -305,15 +311,8 @@ async def test_a_full_disk_keeps_the_daemon_up_and_still_delivers(
         await heat_until_delivered(d, receiver, http, "idle")
         filler.unlink()
 
-        async def recovered() -> bool:
-            return (await ready(http, d))[0]
-
-        await wait_for_result(
-            recovered, bool, timeout=20.0, what="ready again once the disk has room"
-        )
-        stored = await decisions(http, d)
+        stored = await ready_again_and_delivered(d, receiver, http, "once the disk has room")
         assert [i["delivery"]["status"] for i in stored] == ["confirmed", "confirmed"]
-        delivered_once_in_effect(receiver, [i["decision"]["key"] for i in stored])
     text = check_log(d)
     assert text.count("cannot write (database or disk is full)") == 1
     assert "writable again" in text
@@ -338,13 +337,8 @@ async def test_a_disk_gone_read_only_mid_run_is_survived(
         flag.unlink()
         await heat_until_delivered(d, receiver, http, "idle")
 
-        async def recovered() -> bool:
-            return (await ready(http, d))[0]
-
-        await wait_for_result(recovered, bool, timeout=20.0, what="ready again once writable")
-        stored = await decisions(http, d)
+        stored = await ready_again_and_delivered(d, receiver, http, "once writable")
         assert [i["delivery"]["status"] for i in stored] == ["confirmed", "confirmed"]
-        delivered_once_in_effect(receiver, [i["decision"]["key"] for i in stored])
     text = check_log(d)
     assert text.count("cannot write (attempt to write a readonly database)") == 1
 
@@ -406,16 +400,14 @@ async def test_a_frozen_disk_delays_decisions_not_the_api_or_polling(
             assert status == 200
             assert receiver.node_state.get("gpu-node-07") != "drained"  # not sent before stored
             assert await metric(http, d, "rackguard_source_up") >= 1
+            # A read queued behind the frozen write gives up with a 503, not a hang.
+            status, body = await get(http, f"{d.base}/v1/decisions", timeout_s=10)
+            assert status == 503 and "busy" in body["error"]["message"]
         finally:
             d.in_namespace("fsfreeze", "-u", str(disk))
         await heat_until_delivered(d, receiver, http, "drained")
 
-        async def recovered() -> bool:
-            return (await ready(http, d))[0]
-
-        await wait_for_result(recovered, bool, timeout=20.0, what="ready again once thawed")
-        stored = await decisions(http, d)
-        delivered_once_in_effect(receiver, [i["decision"]["key"] for i in stored])
+        await ready_again_and_delivered(d, receiver, http, "once thawed")
     finally:
         if d.alive():
             d.in_namespace("fsfreeze", "-u", str(disk), check=False)
@@ -471,12 +463,7 @@ async def test_a_401_is_retried_reported_and_delivered_once_fixed(
             delivered, bool, timeout=20.0, what="the drain delivered once the key is fixed"
         )
 
-        async def recovered() -> bool:
-            return (await ready(http, d))[0]
-
-        await wait_for_result(recovered, bool, timeout=20.0, what="ready again")
-        stored = await decisions(http, d)
-        delivered_once_in_effect(receiver, [i["decision"]["key"] for i in stored])
+        await ready_again_and_delivered(d, receiver, http, "")
     text = check_log(d)
     assert text.count("an operator must fix this") == 1
     assert "accepting deliveries again" in text

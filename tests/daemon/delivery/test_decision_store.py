@@ -23,7 +23,8 @@ from daemon.delivery.outbox import (
     location_problem,
 )
 from fakes.scheduler import FakeWebhookScheduler
-from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from policies.model import Action
+from tests.support.delivery import decision
 from tests.support.faulty_disk import FlakyDisk
 from tests.support.paths import ROOT
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
@@ -44,17 +45,6 @@ CREATE TABLE audit (
     action TEXT NOT NULL, node TEXT NOT NULL, reason TEXT NOT NULL, body BLOB NOT NULL
 );
 """
-
-
-def decision(node: str, action: Action, epoch: int = 1) -> Decision:
-    return Decision(
-        node,
-        action,
-        f"{REASON_PREFIX} test {action} #{epoch}",
-        FaultDomain.GPU,
-        float(epoch),
-        idempotency_key(node, action, epoch),
-    )
 
 
 def test_a_new_file_gets_the_current_schema(tmp_path: Path) -> None:
@@ -208,12 +198,8 @@ def test_location_problems_name_what_cannot_be_written(tmp_path: Path) -> None:
     assert "not a directory" in (location_problem(str(afile / "o.db")) or "")
 
 
-def test_check_config_refuses_an_outbox_in_a_file_not_a_directory(
-    tmp_path: Path, secret_file: Path
-) -> None:
-    afile = tmp_path / "afile"
-    afile.write_text("")
-    text = f"""
+def _config(secret_file: Path, outbox: Path) -> str:
+    return f"""
 [node]
 name = "n1"
 [sources.gpus]
@@ -222,10 +208,17 @@ type = "nvml"
 type = "webhook"
 url = "http://127.0.0.1:9/x"
 secret_file = "{secret_file}"
-outbox_path = "{afile / "outbox.sqlite3"}"
+outbox_path = "{outbox}"
 """
+
+
+def test_check_config_refuses_an_outbox_in_a_file_not_a_directory(
+    tmp_path: Path, secret_file: Path
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
     with pytest.raises(ConfigError) as info:
-        parse_config(text)
+        parse_config(_config(secret_file, afile / "outbox.sqlite3"))
     assert any(p.startswith("scheduler.outbox_path:") for p in info.value.problems)
 
 
@@ -235,19 +228,7 @@ def test_check_config_refuses_a_read_only_outbox_directory(
     ro = tmp_path / "ro"
     ro.mkdir()
     cfg = tmp_path / "rg.toml"
-    cfg.write_text(
-        f"""
-[node]
-name = "n1"
-[sources.gpus]
-type = "nvml"
-[scheduler]
-type = "webhook"
-url = "http://127.0.0.1:9/x"
-secret_file = "{secret_file}"
-outbox_path = "{ro / "outbox.sqlite3"}"
-"""
-    )
+    cfg.write_text(_config(secret_file, ro / "outbox.sqlite3"))
     # A read-only mount in a private mount namespace: root bypasses permission bits.
     script = f"mount -t tmpfs -o ro,size=64k tmpfs {ro} && exec {sys.executable} -m daemon.cli"
     proc = subprocess.run(

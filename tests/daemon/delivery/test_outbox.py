@@ -15,22 +15,12 @@ from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from daemon.delivery.outbox import DecisionStore, OutboxBusy, Status
 from fakes.slurmrestd import FakeSlurmrestd
-from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from policies.model import REASON_PREFIX, Action, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
+from tests.support.delivery import decision
 from tests.support.wait import wait_until
 
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
-
-
-def decision(node: str, action: Action, epoch: int = 1) -> Decision:
-    return Decision(
-        node,
-        action,
-        f"{REASON_PREFIX} test {action} #{epoch}",
-        FaultDomain.GPU,
-        float(epoch),
-        idempotency_key(node, action, epoch),
-    )
 
 
 @pytest.fixture
