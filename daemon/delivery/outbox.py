@@ -491,33 +491,45 @@ class DecisionStore:
         self.wakeup = asyncio.Event()  # set when a row becomes deliverable
         self.inflight: int | None = None  # seq of the row being delivered (set by the deliverer)
         self._lock_fh: IO[bytes] | None = None
-        if self.path != MEMORY:
-            self._lock_fh = self._take_lock(Path(self.path))
-        try:
-            self._db = open_database(self.path)
-        except BaseException:
-            self._release_lock()
-            raise
         self._pending: dict[int, Row] = {}
         self._latest: dict[str, Row] = {}
         self._confirmed: dict[str, Row] = {}
         self._failed: collections.deque[Row] = collections.deque(maxlen=KEEP_FAILED_IN_MEMORY)
         self._dirty: dict[int, Row] = {}
         self._next_seq = 1
-        self._load()
         self._executor = (
             None if on_loop else ThreadPoolExecutor(1, thread_name_prefix="rackguard-store")
         )
+        # Opening, migrating and loading run on the writer thread too (waited for
+        # here, before the event loop runs): the connection has one thread.
+        try:
+            if self.path != MEMORY:
+                self._lock_fh = self._take_lock(Path(self.path))
+            self._db = self._on_writer(open_database, self.path)
+        except BaseException:
+            self._release_lock()
+            if self._executor is not None:
+                self._executor.shutdown()
+            raise
+        self._on_writer(self._load)
         self._outstanding: collections.deque[float] = collections.deque()  # start times
         self.write_error = ""  # the disk's refusal while it refuses, else ""
         self.probe_error = ""  # why a write could not start at the last probe, else ""
         self.write_failures = 0  # failed write transactions, for the metric
         self.commits = 0  # write transactions committed, for the bench
         self._stall_reported = False
-        self.overrides_at_open = list(self._db.execute("SELECT key, body FROM overrides"))
+        self.overrides_at_open: list[tuple[str, bytes]] = self._on_writer(
+            lambda: list(self._db.execute("SELECT key, body FROM overrides"))
+        )
         log.info("outbox: %s", self.path if self.path != MEMORY else "in memory (not durable)")
         if self._pending:
             log.info("outbox %s: %d undelivered decision(s) carried over", self.path, len(self))
+
+    def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the writer thread and wait for it (only before the loop runs)."""
+        if self._executor is None:
+            return fn(*args)
+        return self._executor.submit(fn, *args).result()
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import ConfigError, parse_config
+from daemon.delivery import outbox as outbox_module
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.outbox import (
     APPLICATION_ID,
@@ -242,3 +243,22 @@ def test_check_config_refuses_a_read_only_outbox_directory(
         pytest.skip(f"no private mount namespace here: {proc.stderr.strip()}")
     assert proc.returncode == 2, proc.stderr
     assert "scheduler.outbox_path:" in proc.stderr and "not writable" in proc.stderr
+
+
+async def test_a_restart_on_a_full_disk_opens_the_outbox_and_holds_new_decisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "o.db"
+    first = DecisionStore(path)
+    carried = await first.submit(decision("gpu01", Action.DRAIN))
+    first.close()
+    connect = outbox_module._connect
+    monkeypatch.setattr(outbox_module, "_connect", lambda p: FlakyDisk(connect(p), lambda: True))
+    store = DecisionStore(path)  # no write is needed to open an outbox at the current schema
+    try:
+        assert [p.decision.key for p in store.pending()] == [carried]
+        key = await store.submit(decision("gpu02", Action.DRAIN))
+        assert key and "database or disk is full" in store.write_error
+        assert [p.durable for p in store.pending()] == [True, False]
+    finally:
+        store.close()
