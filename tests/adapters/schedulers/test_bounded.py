@@ -3,11 +3,49 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from aiohttp import web
 
-from adapters.base import http_error
+from adapters.base import DeliveryError, SchedulerSink, http_error
 from adapters.schedulers.command import OUTPUT_LIMIT, run_command
+from adapters.schedulers.kubernetes import KubernetesSink, connection
+from adapters.schedulers.slurm import SlurmSink
+from adapters.schedulers.webhook import WebhookSink
+from policies.model import Action
+from tests.support.delivery import decision
+from tests.support.secrets import WEBHOOK_SECRET
+
+FLOOD_MB = 64
+
+
+@pytest.fixture
+async def flooding_peer() -> AsyncIterator[tuple[str, list[int]]]:
+    """Answers every request 503 with a 64 MiB body; records how many MiB it got out."""
+    sent = [0]
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=503)
+        resp.content_length = FLOOD_MB * 2**20
+        await resp.prepare(request)
+        try:
+            for _ in range(FLOOD_MB):
+                await resp.write(b"x" * 2**20)
+                sent[0] += 1
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up, as it should
+        return resp
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", sent
+    await runner.cleanup()
 
 
 async def test_a_flooding_command_costs_at_most_the_limit() -> None:
@@ -37,3 +75,26 @@ def test_http_errors_sort_into_transient_operator_fixable_and_final(
 ) -> None:
     err = http_error(f"HTTP {status}", status)
     assert (err.final, err.permanent, err.reason) == (final, permanent, reason)
+
+
+@pytest.mark.parametrize("kind", ["webhook", "slurm", "kubernetes"])
+async def test_a_huge_error_body_is_read_to_a_few_kib_by_every_sink(
+    flooding_peer: tuple[str, list[int]], kind: str, tmp_path: Path
+) -> None:
+    url, sent = flooding_peer
+    token = tmp_path / "token"
+    token.write_text("t")
+    sink: SchedulerSink
+    if kind == "webhook":
+        sink = WebhookSink(f"{url}/hook", WEBHOOK_SECRET)
+    elif kind == "slurm":
+        sink = SlurmSink(url, timeout_s=30)
+    else:
+        sink = KubernetesSink(connection(api_url=url, token_file=token), timeout_s=30)
+    try:
+        with pytest.raises(DeliveryError) as info:
+            await sink.deliver(decision("gpu01", Action.DRAIN))
+    finally:
+        await sink.close()
+    assert "503" in str(info.value) and len(str(info.value)) < 1000
+    assert sent[0] < FLOOD_MB  # the sink hung up instead of reading it all
