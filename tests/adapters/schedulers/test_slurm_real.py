@@ -27,11 +27,12 @@ from daemon.delivery.outbox import Status
 from daemon.delivery.reconcile import Finding, Reconciler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
+from tests.support.paths import ROOT
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 
-ROOT = Path(__file__).resolve().parent.parent
+
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 
 
