@@ -7,6 +7,9 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Annotated
+
+import msgspec
 
 
 class Quality(enum.Enum):
@@ -142,6 +145,8 @@ def idempotency_key(node: str, action: Action, epoch: int) -> str:
 
 
 REASON_PREFIX = "rackguard:"
+# The JSON Schema of a reason (policies.codec derives the schemas from these types).
+Reason = Annotated[str, msgspec.Meta(pattern=f"^{REASON_PREFIX}")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +155,7 @@ class Decision:
 
     node: str
     action: Action
-    reason: str
+    reason: Reason
     domain: FaultDomain
     at: float
     key: str

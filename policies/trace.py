@@ -17,6 +17,7 @@ Floats are written by ``repr``, so a value read back is the value written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
@@ -24,16 +25,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from policies.model import (
-    Action,
-    Assessment,
-    Condition,
-    Decision,
-    FaultDomain,
-    Quality,
-    Reading,
-    SensorKind,
-)
+import msgspec
+
+from policies.codec import from_data, to_data
+from policies.model import Assessment, Decision, Reading
 
 FORMAT = "rackguard-trace"
 VERSION = 1
@@ -60,6 +55,7 @@ class TracedDecision:
 
 
 def _dumps(obj: Mapping[str, Any]) -> str:
+    # json.dumps writes floats by repr: the trace's bytes stay what they always were.
     return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
@@ -76,27 +72,21 @@ def encode_header(racks: Mapping[str, Iterable[str]], meta: Mapping[str, Any] | 
     )
 
 
+def _unset(value: Any) -> bool:
+    # What a trace leaves out: None, an empty string, an empty mapping (never 0 or False).
+    return value is None or (isinstance(value, str | dict) and not value)
+
+
 def reading_dict(r: Reading) -> dict[str, Any]:
-    """A reading as a JSON-ready mapping."""
-    d: dict[str, Any] = {
-        "type": "reading",
-        "source": r.source,
-        "sensor": r.sensor,
-        "kind": r.kind.value,
-        "value": r.value,
-        "unit": r.unit,
-        "quality": r.quality.value,
-        "mono": r.mono,
-        "wall": r.wall,
-    }
-    if r.reason:
-        d["reason"] = r.reason
-    if r.device_ts is not None:
-        d["device_ts"] = r.device_ts
-    if r.server_ts is not None:
-        d["server_ts"] = r.server_ts
-    if r.labels:
-        d["labels"] = dict(r.labels)
+    """A reading as a JSON-ready mapping: the model's fields, unset optional ones left out."""
+    data: dict[str, Any] = to_data(r)
+    labels = data.pop("labels")  # last, where the trace has always had it
+    d: dict[str, Any] = {"type": "reading"}
+    for name, value in data.items():
+        if name in _REQUIRED_READING or not _unset(value):
+            d[name] = value
+    if labels:
+        d["labels"] = labels
     return d
 
 
@@ -105,34 +95,21 @@ def encode_reading(r: Reading) -> str:
     return _dumps(reading_dict(r))
 
 
+def _assessment_data(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in _REQUIRED_ASSESSMENT or not _unset(v)}
+
+
 def assessment_dict(a: Assessment) -> dict[str, Any]:
     """An assessment as a JSON-ready mapping (None fields left out)."""
-    d: dict[str, Any] = {
-        "subject": a.subject,
-        "domain": a.domain.value,
-        "condition": a.condition.value,
-        "at": a.at,
-    }
-    for name in ("value", "unit", "threshold", "trend_per_min", "time_to_threshold_s", "detail"):
-        v = getattr(a, name)
-        if v is not None and v != "":
-            d[name] = v
-    return d
+    return _assessment_data(to_data(a))
 
 
 def decision_dict(d: Decision, mono: float | None = None) -> dict[str, Any]:
     """A decision (and the evaluation time that made it) as a JSON-ready mapping."""
-    out: dict[str, Any] = {
-        "type": "decision",
-        "node": d.node,
-        "action": d.action.value,
-        "reason": d.reason,
-        "domain": d.domain.value,
-        "at": d.at,
-        "key": d.key,
-        "dry_run": d.dry_run,
-        "evidence": [assessment_dict(a) for a in d.evidence],
-    }
+    data: dict[str, Any] = to_data(d)
+    evidence = data.pop("evidence")
+    out: dict[str, Any] = {"type": "decision", **data}
+    out["evidence"] = [_assessment_data(a) for a in evidence]
     if mono is not None:
         out["mono"] = mono
     return out
@@ -143,99 +120,53 @@ def encode_decision(d: Decision, mono: float | None = None) -> str:
     return _dumps(decision_dict(d, mono))
 
 
-def _num(obj: Mapping[str, Any], key: str, line: int, *, optional: bool = False) -> float | None:
-    v = obj.get(key)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise TraceError(f"line {line}: {key} must be a number, got {v!r}")
-    try:
-        number = float(v)
-    except OverflowError:  # an integer too large for a float
-        raise TraceError(f"line {line}: non-finite number in {key}") from None
-    if not math.isfinite(number):
-        raise TraceError(f"line {line}: non-finite number in {key}")
-    return number
+def _required(cls: type) -> frozenset[str]:
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
 
 
-def _str(obj: Mapping[str, Any], key: str, line: int, default: str | None = None) -> str:
-    v = obj.get(key, default)
-    if not isinstance(v, str):
-        raise TraceError(f"line {line}: {key} must be a string, got {v!r}")
-    return v
+_REQUIRED_READING = _required(Reading)
+_REQUIRED_ASSESSMENT = _required(Assessment)
+# What a trace line may leave out beyond the model's own defaults.
+_READING_DEFAULTS: Mapping[str, Any] = MappingProxyType({"value": None, "unit": ""})
+_NUMBERS = ("value", "mono", "wall", "device_ts", "server_ts")
 
 
-def _labels(obj: Mapping[str, Any], line: int) -> Mapping[str, str]:
-    raw = obj.get("labels", {})
-    if not isinstance(raw, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
-    ):
-        raise TraceError(f"line {line}: labels must map strings to strings")
-    return MappingProxyType(raw)
+def _finite(obj: Mapping[str, Any], names: Iterable[str], line: int) -> None:
+    for name in names:
+        v = obj.get(name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise TraceError(f"line {line}: non-finite number in {name}")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _MAX_FLOAT_INT:
+            raise TraceError(f"line {line}: non-finite number in {name}")
+
+
+_MAX_FLOAT_INT = int(1.7976931348623157e308)
 
 
 def decode_reading(obj: Mapping[str, Any], line: int = 0) -> Reading:
     """A reading from its mapping; TraceError names what is wrong."""
+    _finite(obj, _NUMBERS, line)
     try:
-        kind = SensorKind(_str(obj, "kind", line))
-        quality = Quality(_str(obj, "quality", line))
-        value = _num(obj, "value", line, optional=True)
-        mono = _num(obj, "mono", line)
-        wall = _num(obj, "wall", line)
-        assert mono is not None and wall is not None
-        return Reading(
-            source=_str(obj, "source", line),
-            sensor=_str(obj, "sensor", line),
-            kind=kind,
-            value=value,
-            unit=_str(obj, "unit", line, ""),
-            quality=quality,
-            mono=mono,
-            wall=wall,
-            reason=_str(obj, "reason", line, ""),
-            device_ts=_num(obj, "device_ts", line, optional=True),
-            server_ts=_num(obj, "server_ts", line, optional=True),
-            labels=_labels(obj, line),
-        )
-    except TraceError:
-        raise
+        return from_data({**_READING_DEFAULTS, **obj}, Reading)
     except ValueError as err:
         raise TraceError(f"line {line}: {err}") from None
 
 
 def decode_decision(obj: Mapping[str, Any], line: int = 0) -> TracedDecision:
     """A recorded decision from its mapping."""
+    mono = obj.get("mono")
+    _finite(obj, ("at", "mono"), line)
     try:
-        evidence = tuple(
-            Assessment(
-                subject=_str(a, "subject", line),
-                domain=FaultDomain(_str(a, "domain", line)),
-                condition=Condition(_str(a, "condition", line)),
-                at=_num(a, "at", line) or 0.0,
-                value=_num(a, "value", line, optional=True),
-                unit=_str(a, "unit", line, ""),
-                threshold=_num(a, "threshold", line, optional=True),
-                trend_per_min=_num(a, "trend_per_min", line, optional=True),
-                time_to_threshold_s=_num(a, "time_to_threshold_s", line, optional=True),
-                detail=_str(a, "detail", line, ""),
-            )
-            for a in obj.get("evidence", [])
-        )
-        d = Decision(
-            node=_str(obj, "node", line),
-            action=Action(_str(obj, "action", line)),
-            reason=_str(obj, "reason", line),
-            domain=FaultDomain(_str(obj, "domain", line)),
-            at=_num(obj, "at", line) or 0.0,
-            key=_str(obj, "key", line),
-            evidence=evidence,
-            dry_run=bool(obj.get("dry_run", False)),
-        )
-        return TracedDecision(d, _num(obj, "mono", line, optional=True) or 0.0)
-    except TraceError:
-        raise
-    except (ValueError, TypeError, AttributeError) as err:
+        decision = from_data(obj, Decision)
+        if mono is not None and (isinstance(mono, bool) or not isinstance(mono, int | float)):
+            raise ValueError(f"mono must be a number, got {mono!r}")
+    except ValueError as err:
         raise TraceError(f"line {line}: {err}") from None
+    return TracedDecision(decision, float(mono or 0.0))
 
 
 def decode_header(obj: Mapping[str, Any], line: int = 1) -> Header:
@@ -257,6 +188,11 @@ def decode_header(obj: Mapping[str, Any], line: int = 1) -> Header:
     )
 
 
+# The lines this package writes: decoded straight into a Reading, the common case.
+_READING_PREFIX = '{"type":"reading",'
+_READING_DECODER = msgspec.json.Decoder(Reading)
+
+
 def parse(lines: Iterable[str]) -> tuple[Header, Iterator[Reading | TracedDecision]]:
     """The header and an iterator over the records after it; blank lines are skipped."""
     it = iter(enumerate(lines, 1))
@@ -268,8 +204,15 @@ def parse(lines: Iterable[str]) -> tuple[Header, Iterator[Reading | TracedDecisi
         raise TraceError("empty trace: no header line")
 
     def records() -> Iterator[Reading | TracedDecision]:
+        fast = _READING_DECODER.decode
         for n, line in it:
-            if not line.strip():
+            if line.startswith(_READING_PREFIX):
+                try:
+                    yield fast(line)
+                    continue
+                except (msgspec.MsgspecError, ValueError):
+                    pass  # the careful path below names what is wrong, or takes it
+            elif not line.strip():
                 continue
             obj = _loads(line, n)
             kind = obj.get("type")

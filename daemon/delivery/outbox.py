@@ -38,9 +38,9 @@ from typing import IO, Any, TypeVar
 
 import orjson
 
-from adapters.schedulers.decision_json import decision_to_dict
 from daemon.delivery.sqlite_tx import transaction
-from policies.model import Action, Assessment, Condition, Decision, FaultDomain
+from policies.codec import from_data, to_data
+from policies.model import Action, Decision
 
 log = logging.getLogger(__name__)
 
@@ -242,40 +242,20 @@ _UPSERT = (
 
 
 def decision_from_dict(data: dict[str, Any]) -> Decision:
-    """The inverse of decision_json.decision_to_dict."""
-    evidence = tuple(
-        Assessment(
-            subject=a["subject"],
-            domain=FaultDomain(a["domain"]),
-            condition=Condition(a["condition"]),
-            at=float(a.get("at", data["at"])),
-            value=a["value"],
-            unit=a["unit"],
-            threshold=a["threshold"],
-            trend_per_min=a["trend_per_min"],
-            time_to_threshold_s=a["time_to_threshold_s"],
-            detail=a["detail"],
-        )
-        for a in data.get("evidence", ())
-    )
-    return Decision(
-        node=data["node"],
-        action=Action(data["action"]),
-        reason=data["reason"],
-        domain=FaultDomain(data["domain"]),
-        at=float(data["at"]),
-        key=data["key"],
-        evidence=evidence,
-        dry_run=bool(data.get("dry_run", False)),
-    )
+    """A decision from an outbox row's body (the model's fields, :func:`_encode`).
+
+    Rows written before each assessment's own time was kept have none: it is
+    the decision's. ValueError names a field that is wrong.
+    """
+    evidence = data.get("evidence", ())
+    if isinstance(evidence, list) and any(isinstance(a, dict) and "at" not in a for a in evidence):
+        at = data.get("at")
+        data = {**data, "evidence": [a if "at" in a else {**a, "at": at} for a in evidence]}
+    return from_data(data, Decision)
 
 
 def _encode(decision: Decision) -> bytes:
-    data = decision_to_dict(decision)
-    # decision_to_dict leaves out each assessment's own time; keep it.
-    for item, a in zip(data["evidence"], decision.evidence, strict=True):
-        item["at"] = a.at
-    return orjson.dumps(data)
+    return orjson.dumps(to_data(decision))
 
 
 def _decode(body: bytes, key: str) -> Decision:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.codec import schema_components
+from policies.model import Assessment, Decision
+
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _STR = {"type": "string"}
 
@@ -21,7 +24,10 @@ _ERRORS = {
     "default": _json(_ref("Error"), "error"),
 }
 
+# The model's components (Decision, Assessment and the enums they use) are derived
+# from its dataclasses; the rest are the API's own bodies.
 SCHEMAS: dict[str, Any] = {
+    **schema_components((Decision, Assessment)),
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -31,35 +37,6 @@ SCHEMAS: dict[str, Any] = {
                 "required": ["code", "message"],
                 "properties": {"code": _STR, "message": _STR},
             }
-        },
-    },
-    "Assessment": {
-        "type": "object",
-        "required": ["subject", "domain", "condition"],
-        "properties": {
-            "subject": _STR,
-            "domain": {"enum": ["gpu", "node", "rack", "cooling_loop", "none"]},
-            "condition": {"enum": ["ok", "warning", "critical", "unknown"]},
-            "value": _NUM_OR_NULL,
-            "unit": _STR,
-            "threshold": _NUM_OR_NULL,
-            "trend_per_min": _NUM_OR_NULL,
-            "time_to_threshold_s": _NUM_OR_NULL,
-            "detail": _STR,
-        },
-    },
-    "Decision": {
-        "type": "object",
-        "required": ["node", "action", "reason", "domain", "at", "key", "dry_run", "evidence"],
-        "properties": {
-            "node": _STR,
-            "action": {"enum": ["drain", "exclude", "resume"]},
-            "reason": {"type": "string", "pattern": "^rackguard:"},
-            "domain": _STR,
-            "at": {"type": "number"},
-            "key": _STR,
-            "dry_run": {"type": "boolean"},
-            "evidence": {"type": "array", "items": _ref("Assessment")},
         },
     },
     "Series": {

@@ -100,7 +100,7 @@ def test_decisions_round_trip_with_their_evidence() -> None:
         ([encode_header({"r": ["n"]}), '{"type": "x"}'], "line 2: unknown record type 'x'"),
         (
             [encode_header({"r": ["n"]}), "", '{"type": "reading", "kind": "gpu_temperature"}'],
-            "line 3: quality must be a string",
+            "line 3: Object missing required field `source`",
         ),
         (
             [

@@ -1,0 +1,85 @@
+"""JSON data and JSON Schemas derived from the model's dataclasses, by msgspec.
+
+The dataclasses of :mod:`policies.model` are the one definition of a reading,
+an assessment and a decision. Their plain-data form (:func:`to_data`), their
+validated construction from plain data (:func:`from_data`) and their JSON
+Schemas (:func:`schema_components`) all come from those dataclasses, so a field
+added there appears everywhere at once. The wire forms (HTTP API, webhook,
+trace) are that data less what :data:`WIRE_OMITS` names, and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import msgspec
+
+from policies.model import Assessment, Decision
+
+T = TypeVar("T")
+
+# What the wire (HTTP API, webhook) leaves out: an assessment's ``at`` is this
+# node's monotonic clock, meaningless anywhere else. The outbox keeps it.
+WIRE_OMITS: Mapping[type, tuple[str, ...]] = MappingProxyType({Assessment: ("at",)})
+
+
+def _builtin(obj: Any) -> Any:
+    if isinstance(obj, MappingProxyType):  # frozen labels
+        return dict(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def to_data(obj: Any) -> Any:
+    """A model object (or a structure of them) as dicts, lists, strings and numbers."""
+    return msgspec.to_builtins(obj, enc_hook=_builtin)
+
+
+def from_data(data: Any, cls: type[T]) -> T:
+    """A model object from plain data; ValueError says which field is wrong and why."""
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as err:
+        raise ValueError(str(err)) from None
+
+
+def assessment_wire(a: Assessment) -> dict[str, Any]:
+    """An assessment as the API and the webhook send it."""
+    data: dict[str, Any] = to_data(a)
+    for name in WIRE_OMITS[Assessment]:
+        del data[name]
+    return data
+
+
+def decision_wire(d: Decision) -> dict[str, Any]:
+    """A decision as the API and the webhook send it (``evidence`` last, as it always was)."""
+    data: dict[str, Any] = to_data(d)
+    evidence = data.pop("evidence")
+    for item in evidence:
+        for name in WIRE_OMITS[Assessment]:
+            del item[name]
+    data["evidence"] = list(evidence)
+    return data
+
+
+def schema_components(
+    types: Iterable[type], ref_template: str = "#/components/schemas/{name}"
+) -> dict[str, Any]:
+    """JSON Schemas of ``types`` and of every type they use, by name, as the wire has them."""
+    _, components = msgspec.json.schema_components(tuple(types), ref_template=ref_template)
+    omitted = {cls.__name__: WIRE_OMITS[cls] for cls in WIRE_OMITS}
+    for name, schema in components.items():
+        if "properties" not in schema:
+            continue  # an enum
+        for field in omitted.get(name, ()):
+            del schema["properties"][field]
+        # The encoder writes every field, defaults included: all are always there.
+        schema["required"] = list(schema["properties"])
+    return dict(components)
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """The fields of a model dataclass, in order."""
+    return tuple(f.name for f in dataclasses.fields(cls))
