@@ -10,6 +10,7 @@ from bench import (
     api_rps,
     delivery_latency,
     opcua_cost,
+    replay_speed,
     scoring,
     snmp_cost,
     storage_lag,
@@ -25,7 +26,7 @@ def main() -> None:
         "--only",
         default="",
         help="comma-separated subset of: "
-        + ", ".join(("agent", "delivery", "storage", "opcua", "snmp", "api", "scoring")),
+        + ", ".join(("agent", "delivery", "storage", "opcua", "snmp", "api", "scoring", "replay")),
     )
     args = p.parse_args()
     benches: dict[str, Callable[[], list[Row]]] = {
@@ -36,6 +37,7 @@ def main() -> None:
         "snmp": snmp_cost.measure,
         "api": api_rps.measure,
         "scoring": scoring.measure,
+        "replay": replay_speed.measure,
     }
     wanted = [w for w in args.only.split(",") if w] or list(benches)
     unknown = set(wanted) - set(benches)

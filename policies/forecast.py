@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from statistics import NormalDist
 
 from policies.window import Bucket, BucketWindow
@@ -62,20 +64,23 @@ def z_for(confidence: float) -> float:
     return NormalDist().inv_cdf(confidence)
 
 
+def _slopes_from(a: Bucket, later: Iterable[Bucket]) -> list[float]:
+    t, y = a.t, a.value
+    return [(b.value - y) / (b.t - t) for b in later if b.t > t]
+
+
 def theil_sen(points: list[Bucket], z: float) -> Trend | None:
     """Median pairwise slope with Sen's one-sided bounds at quantile ``z``; None under 3 points."""
-    n = len(points)
-    if n < 3:
+    if len(points) < 3:
         return None
-    ts = [p.t for p in points]
-    ys = [p.value for p in points]
-    slopes = [
-        (ys[j] - ys[i]) / (ts[j] - ts[i])
-        for i in range(n - 1)
-        for j in range(i + 1, n)
-        if ts[j] > ts[i]
-    ]
-    if len(slopes) < 3:
+    slopes = [s for i, a in enumerate(points) for s in _slopes_from(a, points[i + 1 :])]
+    return theil_sen_of(points, slopes, z)
+
+
+def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend | None:
+    """:func:`theil_sen` given the pairwise slopes of ``points`` (in any order; sorted here)."""
+    n = len(points)
+    if n < 3 or len(slopes) < 3:
         return None
     slopes.sort()
     m = len(slopes)
@@ -200,10 +205,46 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
+class PairSlopes:
+    """The pairwise slopes of a sliding window's buckets, kept as buckets come and go.
+
+    A fit at every bucket close needs every pair's slope; a window moves by one
+    bucket at a time, so all but the new bucket's pairs were computed at the last
+    close. Row ``i`` holds the slopes from bucket ``i`` to each later one, so the
+    slopes of any run of buckets up to the newest are the rows from its first.
+    """
+
+    __slots__ = ("_buckets", "_rows")
+
+    def __init__(self) -> None:
+        self._buckets: list[Bucket] = []
+        self._rows: list[list[float]] = []
+
+    def rows(self, points: list[Bucket]) -> list[list[float]]:
+        """The rows of ``points`` (consecutive buckets of one window, oldest first)."""
+        kept = self._buckets
+        start = next((i for i, b in enumerate(kept) if b is points[0]), None)
+        if start is None:
+            kept, rows = [], []
+        else:
+            kept, rows = kept[start:], self._rows[start:]
+        if len(kept) > len(points) or any(a is not b for a, b in zip(kept, points, strict=False)):
+            kept, rows = [], []
+        for new in points[len(kept) :]:
+            t, y = new.t, new.value
+            for a, row in zip(kept, rows, strict=True):
+                if t > a.t:
+                    row.append((y - a.value) / (t - a.t))
+            kept.append(new)
+            rows.append([])
+        self._buckets, self._rows = kept, rows
+        return rows
+
+
 class SeriesForecaster:
     """One slow series: its window, its current trend, and its skill against persistence."""
 
-    __slots__ = ("_since", "_z", "floor", "settings", "skill", "trend", "window")
+    __slots__ = ("_pairs", "_since", "_z", "floor", "settings", "skill", "trend", "window")
 
     def __init__(self, settings: TrendSettings, *, floor: float | None = None) -> None:
         self.settings = settings
@@ -218,6 +259,7 @@ class SeriesForecaster:
         )
         self.trend: Trend | None = None
         self._since = -math.inf
+        self._pairs = PairSlopes()
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""
@@ -252,8 +294,10 @@ class SeriesForecaster:
         points = self.window.buckets(self._since)
         if len(points) < s.min_points:
             return None
-        whole = theil_sen(points, self._z)
-        recent = theil_sen(points[len(points) // 2 :], self._z)
+        rows = self._pairs.rows(points)
+        half = len(points) // 2
+        whole = theil_sen_of(points, list(chain.from_iterable(rows)), self._z)
+        recent = theil_sen_of(points[half:], list(chain.from_iterable(rows[half:])), self._z)
         if whole is None or recent is None:
             return whole
         if recent.lo <= whole.slope <= recent.hi:

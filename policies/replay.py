@@ -67,6 +67,27 @@ class Replayer:
         self._last = r
         return ticks
 
+    def feed_all(self, readings: Iterable[Reading]) -> Iterator[Tick]:
+        """Take many readings, as :meth:`feed` would one by one, yielding the evaluations.
+
+        The readings between two evaluations go to the policy in one batch: the
+        same readings in the same order before each evaluation, far fewer calls.
+        """
+        batch: list[Reading] = []
+        nxt = self._next
+        for r in readings:
+            if nxt is None:
+                nxt = self._next = r.mono
+            if r.mono > nxt:
+                self.policy.observe(batch)
+                batch.clear()
+                while r.mono > nxt:
+                    yield self.tick(nxt)
+                    nxt = self._next = nxt + self.interval_s
+            batch.append(r)
+            self._last = r
+        self.policy.observe(batch)
+
     def finish(self) -> list[Tick]:
         """The evaluations due up to and including the last reading's time."""
         ticks = []
@@ -97,10 +118,8 @@ def replay(
     """Every evaluation over a trace (decision records in it are ignored)."""
     header, records = parse(lines)
     rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides)
-    for rec in records:
-        if isinstance(rec, TracedDecision):
-            continue
-        yield from rp.feed(rec)
+    readings = (rec for rec in records if not isinstance(rec, TracedDecision))
+    yield from rp.feed_all(readings)
     yield from rp.finish()
 
 
@@ -114,8 +133,7 @@ def replay_readings(
 ) -> Iterator[Tick]:
     """The same as :func:`replay` over readings already in memory."""
     rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides)
-    for r in readings:
-        yield from rp.feed(r)
+    yield from rp.feed_all(readings)
     yield from rp.finish()
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from policies.forecast import SeriesForecaster
-from policies.model import Reading, SensorKind
+from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
 from policies.window import BucketWindow
 
@@ -22,6 +22,12 @@ _NOMINAL_POWER_LIMIT_W = 500.0  # load-step scale when a GPU reports no power li
 
 
 _GPU_KINDS = frozenset(k for k in SensorKind if k.value.startswith("gpu_"))
+_TEMPERATURE = SensorKind.GPU_TEMPERATURE
+_SLOWDOWN = SensorKind.GPU_SLOWDOWN_THRESHOLD
+_SHUTDOWN = SensorKind.GPU_SHUTDOWN_THRESHOLD
+_POWER = SensorKind.GPU_POWER
+_POWER_LIMIT = SensorKind.GPU_POWER_LIMIT
+_GOOD = Quality.GOOD
 
 
 def gpu_kind(kind: SensorKind) -> bool:
@@ -75,23 +81,25 @@ class GpuTracker:
 
     def observe(self, r: Reading) -> None:
         """Take one reading of this GPU."""
+        # The replay hot path: a GOOD reading is a usable one (Reading checks that its
+        # value is finite), so `quality is GOOD` stands for the `usable` property here.
         kind = r.kind
-        if kind is SensorKind.GPU_TEMPERATURE:
+        if kind is _TEMPERATURE:
             self.temperature = r
             slow = self.slowdown
-            if r.usable and slow is not None and slow.usable:
+            if r.quality is _GOOD and slow is not None and slow.quality is _GOOD:
                 assert r.value is not None and slow.value is not None
                 self.margin.add(r.mono, slow.value - r.value)
-        elif kind is SensorKind.GPU_SLOWDOWN_THRESHOLD:
+        elif kind is _SLOWDOWN:
             self.slowdown = r
-        elif kind is SensorKind.GPU_SHUTDOWN_THRESHOLD:
-            self.shutdown = r
-        elif kind is SensorKind.GPU_POWER:
+        elif kind is _POWER:
             self.power = r
-            if r.usable and r.value is not None and self._power.add(r.mono, r.value):
+            if r.quality is _GOOD and r.value is not None and self._power.add(r.mono, r.value):
                 self._check_load_step()
-        elif kind is SensorKind.GPU_POWER_LIMIT:
+        elif kind is _POWER_LIMIT:
             self.limit = r
+        elif kind is _SHUTDOWN:
+            self.shutdown = r
 
     def _check_load_step(self) -> None:
         bucket = self._power.newest
@@ -260,11 +268,13 @@ class Tracker:
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
+        nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
         for r in readings:
-            node = r.labels.get("node") or self.default_node
-            if gpu_kind(r.kind):
-                gpu = r.labels.get("gpu")
-                tracker = self.nodes.get(node) if node is not None else None
+            labels = r.labels
+            node = labels.get("node") or default_node
+            if r.kind in gpu_kinds:
+                gpu = labels.get("gpu")
+                tracker = nodes.get(node) if node is not None else None
                 if gpu is None or tracker is None:
                     continue
                 g = tracker.gpus.get(gpu)
@@ -272,7 +282,7 @@ class Tracker:
                     g = tracker.gpus[gpu] = GpuTracker(self.settings)
                 g.observe(r)
                 continue
-            rack = r.labels.get("rack") or (self.rack_of.get(node) if node else None)
+            rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:
                 rack = next(iter(self.rack))
             rt = self.rack.get(rack) if rack is not None else None

@@ -37,6 +37,7 @@ class BucketWindow:
     __slots__ = (
         "_closed",
         "_hi",
+        "_last_cell",
         "_lo",
         "_n",
         "_sum_t",
@@ -60,6 +61,7 @@ class BucketWindow:
         self._lo = math.inf
         self._hi = -math.inf
         self.last_t: float | None = None
+        self._last_cell = 0  # the grid cell of last_t
         self.last_value: float | None = None
         self.closes = 0  # buckets closed so far: a version number for cached fits
 
@@ -74,7 +76,8 @@ class BucketWindow:
         if last is not None and t <= last:
             return False
         closed = False
-        if last is not None and self._n and self._cell(t) != self._cell(last):
+        cell = math.floor(t / self.bucket_s)
+        if last is not None and self._n and cell != self._last_cell:
             self._close()
             closed = True
         self._n += 1
@@ -83,6 +86,7 @@ class BucketWindow:
         self._lo = min(self._lo, value)
         self._hi = max(self._hi, value)
         self.last_t = t
+        self._last_cell = cell
         self.last_value = value
         return closed
 
