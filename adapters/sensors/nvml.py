@@ -144,7 +144,7 @@ class _GpuLost(Exception):
 
 
 @dataclass(slots=True)
-class _Gpu:
+class _NvmlGpu:
     """What connect() learned about one GPU; thresholds and identity are cached here."""
 
     index: int
@@ -156,7 +156,7 @@ class _Gpu:
     clock_labels: dict[int, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def new(cls, index: int) -> _Gpu:
+    def new(cls, index: int) -> _NvmlGpu:
         """A GPU before setup: ids fixed, identity unknown."""
         return cls(
             index=index,
@@ -190,7 +190,7 @@ class NvmlAdapter:
         self._b = binding
         self._requested = None if gpu_indices is None else tuple(dict.fromkeys(gpu_indices))
         self._thread = DedicatedThread(f"nvml-{name}")
-        self._gpus: list[_Gpu] | None = None
+        self._gpus: list[_NvmlGpu] | None = None
         self._error_names: dict[int, str] = {
             value: attr
             for attr in dir(binding)
@@ -245,7 +245,7 @@ class NvmlAdapter:
 
     # --- everything below runs on the dedicated thread ---------------------------------
 
-    def _connect_sync(self) -> list[_Gpu]:
+    def _connect_sync(self) -> list[_NvmlGpu]:
         """Blocking connect; raises SourceSetupError / SourceUnavailable with the cause."""
         b = self._b
         try:
@@ -270,7 +270,7 @@ class NvmlAdapter:
                     f" this node has {count} GPUs (0..{count - 1})"
                 )
             self._clock_fn = None
-            gpus = [_Gpu.new(i) for i in indices]
+            gpus = [_NvmlGpu.new(i) for i in indices]
             for gpu in gpus:
                 self._setup(gpu)
             return gpus
@@ -287,7 +287,7 @@ class NvmlAdapter:
         with contextlib.suppress(self._b.NVMLError):
             self._b.nvmlShutdown()
 
-    def _setup(self, gpu: _Gpu) -> None:
+    def _setup(self, gpu: _NvmlGpu) -> None:
         """Get the handle, identity and thresholds of one GPU; on failure record why."""
         b = self._b
         try:
@@ -314,7 +314,7 @@ class NvmlAdapter:
         gpu.clock_labels = {}
         gpu.handle, gpu.fault = handle, ""
 
-    def _poll(self, gpus: list[_Gpu], mono: float, wall: float) -> list[Reading]:
+    def _poll(self, gpus: list[_NvmlGpu], mono: float, wall: float) -> list[Reading]:
         """One blocking poll of every selected GPU."""
         b = self._b
         out: list[Reading] = []
@@ -343,7 +343,7 @@ class NvmlAdapter:
                 self._all_bad(out, gpu, lost.failure.reason, mono, wall)
         return out
 
-    def _retry_thresholds(self, gpu: _Gpu, handle: Any) -> None:
+    def _retry_thresholds(self, gpu: _NvmlGpu, handle: Any) -> None:
         """Read again any threshold that failed transiently (not NotSupported).
 
         Thresholds are read once at connect; without this a one-off error there
@@ -356,7 +356,7 @@ class NvmlAdapter:
                 gpu.thresholds[slot] = self._number(fresh)
 
     def _emit_memory_temperature(
-        self, out: list[Reading], gpu: _Gpu, mono: float, wall: float
+        self, out: list[Reading], gpu: _NvmlGpu, mono: float, wall: float
     ) -> None:
         """Memory temperature from the field-values API, checking the field's own status."""
         values = self._call(self._b.nvmlDeviceGetFieldValues, gpu.handle, self._mem_fields)
@@ -379,7 +379,9 @@ class NvmlAdapter:
         device_ts = fv.timestamp / 1e6 if fv.timestamp > 0 else None  # microseconds
         self._emit(out, gpu, _MEM, float(getattr(fv.value, attr)), mono, wall, device_ts)
 
-    def _emit_clock_reasons(self, out: list[Reading], gpu: _Gpu, mono: float, wall: float) -> None:
+    def _emit_clock_reasons(
+        self, out: list[Reading], gpu: _NvmlGpu, mono: float, wall: float
+    ) -> None:
         """Clock-event reasons bitmask, with the decoded names in label ``active``."""
         fn = self._clock_fn
         mask = self._call(fn, gpu.handle) if fn is not None else self._resolve_clock(gpu.handle)
@@ -448,7 +450,7 @@ class NvmlAdapter:
     def _emit(
         self,
         out: list[Reading],
-        gpu: _Gpu,
+        gpu: _NvmlGpu,
         slot: int,
         value: float | _Failure,
         mono: float,
@@ -481,7 +483,7 @@ class NvmlAdapter:
         )
 
     def _all_bad(
-        self, out: list[Reading], gpu: _Gpu, reason: str, mono: float, wall: float
+        self, out: list[Reading], gpu: _NvmlGpu, reason: str, mono: float, wall: float
     ) -> None:
         """Every reading of one GPU as BAD with the same reason."""
         failure = _Failure("", reason)

@@ -6,7 +6,6 @@ Every key is documented in systemd/rackguard.example.toml, which a test loads.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -17,7 +16,7 @@ from daemon.config.scheduler import SchedulerConfig, WebhookSchedulerConfig
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.snmp import SnmpSourceConfig
 from daemon.config.sources import NvmlSourceConfig
-from daemon.config.typed_toml import ConfigError, bounded, load_typed
+from daemon.config.typed_toml import ConfigError, Problems, bounded, load_typed
 
 # One arm per source type (the `type` key picks it); add new types here.
 SourceConfig = NvmlSourceConfig | SnmpSourceConfig | OpcuaSourceConfig
@@ -38,8 +37,6 @@ __all__ = [
     "parse_config",
     "read_secret",
 ]
-
-Problems = Iterator[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -12,12 +12,10 @@ from adapters.errors import SourceSetupError
 from adapters.sensors.opcua_profiles import load_profile, parse_path, profile_names
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.sources import SourceTiming, timing_of, timing_problems
-from daemon.config.typed_toml import bounded
+from daemon.config.typed_toml import Problems, bounded
 
 if TYPE_CHECKING:  # asyncua is imported only when an OPC-UA source is configured
     from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings
-
-Problems = Iterator[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from daemon.config.typed_toml import bounded
+from daemon.config.typed_toml import Problems, bounded
 from policies.settings import PolicySettings
-
-Problems = Iterator[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from daemon.config.secrets import resolve_secret, secret_problem
-from daemon.config.typed_toml import bounded
+from daemon.config.typed_toml import Problems, bounded
 from daemon.delivery.outbox import location_problem, outbox_location
-
-Problems = Iterator[tuple[str, str]]
 
 _TAINT_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -10,13 +9,11 @@ from typing import TYPE_CHECKING, Literal
 from adapters.errors import SourceSetupError
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.sources import SourceTiming, timing_of, timing_problems
-from daemon.config.typed_toml import bounded
+from daemon.config.typed_toml import Problems, bounded
 
 if TYPE_CHECKING:  # pysnmp is imported only when an SNMP source is configured
     from adapters.sensors.snmp import SnmpAdapter
     from adapters.sensors.snmp_client import SnmpClient
-
-Problems = Iterator[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)

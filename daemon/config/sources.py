@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from daemon.config.typed_toml import bounded
-
-Problems = Iterator[tuple[str, str]]
+from daemon.config.typed_toml import Problems, bounded
 
 
 @dataclass(frozen=True, slots=True)

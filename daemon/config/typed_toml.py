@@ -12,11 +12,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
+
+# What a config's validate() yields: (key path, message) for each problem.
+Problems = Iterator[tuple[str, str]]
 
 
 class ConfigError(Exception):

@@ -152,7 +152,9 @@ class RackSnapshot:
         raise KeyError(name)
 
 
-class _Gpu:
+class _SimGpu:
+    """One simulated GPU: its cold plate, load, temperatures and faults."""
+
     __slots__ = (
         "dropout_until",
         "limit_w",
@@ -199,13 +201,13 @@ class RackSimulator:
         self._t = 0.0  # the caller's time, >= physics time
         self._next_event = 0
         n_nodes = len(rack.nodes)
-        self._gpus: list[list[_Gpu]] = []
+        self._gpus: list[list[_SimGpu]] = []
         for k in range(n_nodes):
             row = []
             for i in range(rack.gpus_per_node):
                 spread = ((k * rack.gpus_per_node + i) * 7919 % 17) / 8.0 - 1.0
                 r = R_PLATE_K_PER_W * (1.0 + PART_SPREAD * spread)
-                row.append(_Gpu(r, self.model.power_limit_w))
+                row.append(_SimGpu(r, self.model.power_limit_w))
             self._gpus.append(row)
         self._node_height = [(k + 0.5) / n_nodes for k in range(n_nodes)]
         p = len(rack.probes)
@@ -262,7 +264,7 @@ class RackSimulator:
 
     # -- physics --------------------------------------------------------------
 
-    def _power(self, g: _Gpu, temp: float) -> tuple[float, float]:
+    def _power(self, g: _SimGpu, temp: float) -> tuple[float, float]:
         """(power W, uncapped demand W) of a GPU at die temperature `temp`."""
         if g.lost:
             return 0.0, 0.0
@@ -370,7 +372,7 @@ class RackSimulator:
             self._apply(events[self._next_event], now)
             self._next_event += 1
 
-    def _targets(self, ev: Event) -> list[_Gpu]:
+    def _targets(self, ev: Event) -> list[_SimGpu]:
         nodes = self.scenario.rack.nodes
         rows = self._gpus if ev.target == RACK else [self._gpus[nodes.index(ev.target)]]
         if ev.gpu is not None:
