@@ -9,6 +9,7 @@ header: a recording costs at most twice ``max_bytes`` of disk.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -68,20 +69,8 @@ class TraceRecorder:
         key, value = ("node", self.node) if gpu_kind(r.kind) else ("rack", self.rack)
         if r.labels.get(key) == value:
             return r
-        labels = MappingProxyType({**r.labels, key: value})
-        return Reading(
-            r.source,
-            r.sensor,
-            r.kind,
-            r.value,
-            r.unit,
-            r.quality,
-            r.mono,
-            r.wall,
-            r.reason,
-            r.device_ts,
-            labels,
-        )
+        # Every other field as it came (server_ts included: it used to be dropped here).
+        return dataclasses.replace(r, labels=MappingProxyType({**r.labels, key: value}))
 
     def _rotate(self, f: TextIO) -> None:
         f.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import io
 import json
@@ -233,6 +234,20 @@ def test_recorded_daemon_readings_replay_to_the_daemons_decisions(tmp_path: Path
     assert [(d["node"], d["action"], d["reason"]) for d in replayed] == [
         (d.node, d.action.value, d.reason) for d in decided
     ]
+
+
+def test_recorder_labels_a_reading_and_keeps_its_timestamps(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    rec = TraceRecorder(path, "n", "rack-b")
+    coolant = Reading("cdu", "supply", SensorKind.COOLANT_SUPPLY_TEMPERATURE, 18.5, "celsius",
+                      Quality.GOOD, 3.0, 1e9 + 3, device_ts=1e9 + 2.5, server_ts=1e9 + 2.75,
+                      labels=MappingProxyType({"variable": "supply"}))  # fmt: skip
+    rec.record("cdu", [coolant])
+    rec.close()
+    _, records = parse(path.read_text().splitlines())
+    (got,) = list(records)
+    assert isinstance(got, Reading)
+    assert got == dataclasses.replace(coolant, labels={"variable": "supply", "rack": "rack-b"})
 
 
 def test_recorder_rotates_and_restarts_with_a_header(tmp_path: Path) -> None:
