@@ -103,15 +103,18 @@ class StateBody:
     ``as_of`` and at most ``max_age_s`` older when served.
     """
 
-    def __init__(self, max_age_s: float = 0.25) -> None:
+    def __init__(
+        self, max_age_s: float = 0.25, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_age_s = max_age_s
+        self._clock = clock
         self._body = b""
         self._generation = -1
         self._built = 0.0
 
     def get(self, daemon: Daemon) -> bytes:
         """The current body, from the cache when it is fresh enough."""
-        now = time.monotonic()
+        now = self._clock()
         gen = daemon.store.generation
         if gen != self._generation or now - self._built > self.max_age_s:
             self._body = orjson.dumps(_state_dict(daemon, now))

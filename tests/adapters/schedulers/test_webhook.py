@@ -95,19 +95,18 @@ async def test_outage_delays_but_never_drops(receiver: FakeWebhookScheduler) -> 
     receiver.fail_next = 4  # four 503s, then the scheduler is back
     sink = WebhookSink(receiver.url, SECRET)
     queue = StoreAndDeliverer(
-        MEMORY, sink, retry_initial_s=0.02, retry_max_s=0.05, rng=random.Random(1)
+        MEMORY, sink, retry_initial_s=0.1, retry_max_s=0.2, rng=random.Random(1)
     )
     task = await run_queue(queue)
     try:
         queue.submit(decision("n1", Action.DRAIN))
-        await asyncio.sleep(0.05)
+        # After the first 503 and before the fourth (0.1 s to 0.2 s apart): it waits, visible.
+        await wait_until(lambda: receiver.fail_next < 4, what="a first failed attempt")
+        assert receiver.fail_next > 0
         assert [p.decision.node for p in queue.pending()] == ["n1"]  # visible while waiting
         # The receiver records the request before the outbox has its answer:
         # wait for the confirmation itself.
-        for _ in range(250):
-            if "n1" in queue.confirmed:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: "n1" in queue.confirmed, what="n1 confirmed")
         assert len(receiver.received) == 1
         assert queue.confirmed["n1"] is Action.DRAIN and not queue.pending()
     finally:
@@ -131,11 +130,9 @@ async def test_undelivered_drain_then_resume_sends_nothing(
     assert [p.decision.action for p in queue.pending()] == [Action.EXCLUDE]
     task = await run_queue(queue)
     try:
-        for _ in range(100):
-            if receiver.received:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        # Once the exclusion is confirmed the queue holds nothing more to send.
+        await wait_until(lambda: "n2" in queue.confirmed, what="n2 confirmed")
+        assert queue.pending() == []
         assert [(r.payload["node"], r.payload["action"]) for r in receiver.received] == [
             ("n2", "exclude")
         ]
@@ -155,7 +152,7 @@ async def test_permanent_error_is_not_retried_forever(receiver: FakeWebhookSched
     task = await run_queue(queue)
     try:
         queue.submit(decision("n1", Action.DRAIN))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: queue.failed, what="the decision given up")
         assert receiver.fail_next == 99  # exactly one attempt
         assert not queue.pending() and len(queue.failed) == 1
     finally:
@@ -203,10 +200,7 @@ async def test_webhook_decisions_survive_a_restart(
     queue = StoreAndDeliverer(db, sink, retry_initial_s=0.01, retry_max_s=0.02)
     task = await run_queue(queue)
     try:
-        for _ in range(200):
-            if not queue.pending():
-                break
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: not queue.pending(), what="the backlog delivered")
         assert [r.key for r in receiver.received] == [stored]
         assert stored and stored.startswith(idempotency_key("n1", Action.DRAIN, 1))
         assert queue.confirmed == {"n1": Action.DRAIN}
@@ -230,10 +224,7 @@ async def test_keys_reused_after_a_restart_reach_the_receiver_as_new(
             decision("n1", Action.DRAIN, 1),
         ):
             queue.submit(d)
-            for _ in range(200):
-                if not queue.pending():
-                    break
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: not queue.pending(), what=f"{d.action.value} delivered")
         assert [r.payload["action"] for r in receiver.received] == ["drain", "resume", "drain"]
         assert len({r.key for r in receiver.received}) == 3
         assert receiver.node_state["n1"] == "drained"

@@ -259,19 +259,24 @@ async def test_overrides_are_disabled_without_a_token(
 
 
 async def read_until(
-    resp: aiohttp.ClientResponse, done: Callable[[list[tuple[int, str, str]]], bool]
+    resp: aiohttp.ClientResponse,
+    done: Callable[[list[tuple[int, str, str]]], bool],
+    heartbeats: int = 0,
 ) -> list[tuple[int, str, str]]:
-    """Parse SSE frames until ``done(events)`` holds (10 s at most)."""
+    """Parse SSE frames until ``done(events)`` holds and ``heartbeats`` came (10 s at most)."""
     events: list[tuple[int, str, str]] = []
     fields: dict[str, str] = {}
+    beats = 0
     async with asyncio.timeout(10):
-        while not done(events):
+        while not (done(events) and beats >= heartbeats):
             line = (await resp.content.readline()).decode().rstrip("\n")
             if not line:
                 if "id" in fields:
                     events.append((int(fields["id"]), fields["event"], fields["data"]))
                 fields = {}
-            elif not line.startswith(":"):
+            elif line.startswith(":"):
+                beats += 1
+            else:
                 key, _, value = line.partition(": ")
                 fields[key] = value
     return events
@@ -328,8 +333,10 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
         config=SimpleNamespace(node=node),
     )
 
+    clock = [1000.0]  # the cache's monotonic clock, moved by the test
+
     def reading(value: float) -> Reading:
-        mono = time.monotonic()
+        mono = clock[0]
         return Reading(
             "gpus",
             "gpu0.temperature",
@@ -341,17 +348,19 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
             time.time(),
         )
 
-    cache = StateBody(max_age_s=0.2)
+    cache = StateBody(max_age_s=0.2, clock=lambda: clock[0])
     store.update("gpus", [reading(50.0)])
     first = cache.get(stub)
     assert cache.get(stub) is first  # same readings, fresh: served from the cache
     store.update("gpus", [reading(51.0)])
     second = cache.get(stub)
     assert orjson.loads(second)["series"][0]["value"] == 51.0  # new readings: rebuilt
-    time.sleep(0.25)
+    clock[0] += 0.1
+    assert cache.get(stub) is second  # younger than max_age_s: still the cached body
+    clock[0] += 0.15
     third = cache.get(stub)
     assert third is not second  # aged out: ages recomputed
-    assert orjson.loads(third)["series"][0]["age_s"] >= 0.25
+    assert orjson.loads(third)["series"][0]["age_s"] == pytest.approx(0.25)
 
 
 async def test_sse_stream_survives_heartbeats_and_ids_from_before_a_restart(
@@ -372,9 +381,9 @@ async def test_sse_stream_survives_heartbeats_and_ids_from_before_a_restart(
         base = f"http://127.0.0.1:{daemon_.api_port}"
         # An id far above this process's: the client resumes from before a restart.
         async with http.get(f"{base}/v1/events", headers={"Last-Event-ID": "999999"}) as resp:
-            await asyncio.sleep(0.5)  # several heartbeats pass
+            early = await read_until(resp, lambda ev: True, heartbeats=3)
             await post(http, f"{base}/v1/overrides", {"action": "reset_storm", "reason": "hb"})
-            got = await read_until(resp, lambda ev: len(overrides_in(ev)) == 1)
+            got = early + await read_until(resp, lambda ev: len(overrides_in(ev)) == 1)
         assert overrides_in(got)[0][1]["reason"] == "hb"
         assert any(k == "assessment" for _, k, _ in got)  # the kept events were replayed
 

@@ -1,4 +1,9 @@
-"""The source runner: timeout, backoff, overrun skip, health transitions, isolation."""
+"""The source runner: timeout, backoff, overrun skip, health transitions, isolation.
+
+The runner schedules on the event loop's clock; these tests run on a virtual one
+(tests/support/virtual_time.py), so the schedule is exact and the same on any
+machine, and a minute of it takes no time.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from adapters.errors import SourceSetupError, SourceUnavailable
 from daemon.config.sources import SourceTiming
 from daemon.service.runner import Health, SourceRunner
 from policies.model import Quality, Reading, SensorKind
+from tests.support.virtual_time import virtual_time
 
 
 def reading(source: str, value: float) -> Reading:
@@ -44,7 +50,7 @@ class ScriptedAdapter:
         self.connects += 1
 
     async def read(self) -> Sequence[Reading]:
-        self.reads.append(time.monotonic())
+        self.reads.append(asyncio.get_running_loop().time())
         step = self.script.pop(0) if self.script else self.default
         if isinstance(step, BaseException):
             raise step
@@ -76,6 +82,7 @@ async def run_for(runners: Sequence[SourceRunner], seconds: float) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+@virtual_time
 async def test_polls_on_interval_and_delivers_readings() -> None:
     got: list[tuple[str, int]] = []
     adapter = ScriptedAdapter("a")
@@ -83,15 +90,16 @@ async def test_polls_on_interval_and_delivers_readings() -> None:
         adapter, timing(0.05), lambda s, rs: got.append((s, len(rs))), rng=random.Random(1)
     )
     await run_for([runner], 0.5)
-    assert 7 <= len(adapter.reads) <= 11, len(adapter.reads)
+    assert len(adapter.reads) == 10, adapter.reads  # a random start in the first interval
     gaps = [b - a for a, b in zip(adapter.reads, adapter.reads[1:], strict=False)]
-    assert all(0.03 < g < 0.09 for g in gaps), gaps
+    assert gaps == pytest.approx([0.05] * 9), gaps
     assert got[0] == ("a", 1)
     assert runner.health.value == "up"
     assert adapter.connects == 1  # connected once, reused
     assert adapter.closes == 1  # closed on cancel
 
 
+@virtual_time
 async def test_start_offset_is_random_within_interval() -> None:
     firsts = []
     for seed in range(4):
@@ -99,13 +107,14 @@ async def test_start_offset_is_random_within_interval() -> None:
         runner = SourceRunner(
             adapter, timing(0.2, 0.1), lambda s, rs: None, rng=random.Random(seed)
         )
-        t0 = time.monotonic()
+        t0 = asyncio.get_running_loop().time()
         await run_for([runner], 0.25)
         firsts.append(adapter.reads[0] - t0)
     assert all(0 <= f <= 0.22 for f in firsts)
     assert max(firsts) - min(firsts) > 0.02  # not all at the same instant
 
 
+@virtual_time
 async def test_timeout_marks_failure_and_health_transitions(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -147,6 +156,7 @@ async def test_backoff_is_capped_exponential_with_jitter() -> None:
     assert len({round(d, 6) for d in delays[4:]}) > 1  # jittered, not constant
 
 
+@virtual_time
 async def test_failures_back_off_between_attempts() -> None:
     err = SourceUnavailable("no route")
     adapter = ScriptedAdapter("dead", default=err)
@@ -163,6 +173,7 @@ async def test_failures_back_off_between_attempts() -> None:
     assert len(adapter.reads) <= 8
 
 
+@virtual_time
 async def test_overrun_skips_ticks_instead_of_queueing() -> None:
     # Reads take 0.12 s on a 0.05 s interval (timeout 0.2 > interval on purpose).
     adapter = ScriptedAdapter("long", default=("sleep", 0.12))
@@ -171,11 +182,13 @@ async def test_overrun_skips_ticks_instead_of_queueing() -> None:
     await run_for([runner], 0.65)
     assert runner.stats.skipped_ticks >= 4
     gaps = [b - a for a, b in zip(adapter.reads, adapter.reads[1:], strict=False)]
-    # Each attempt starts on a later grid tick, never back to back in a burst.
-    assert all(g >= 0.12 for g in gaps), gaps
+    # Each attempt starts on the next grid tick after the last one ended (0.12 s
+    # reads on a 0.05 s grid: every third tick), never back to back in a burst.
+    assert gaps == pytest.approx([0.15] * len(gaps)) and len(gaps) >= 3, gaps
     assert runner.health.value == "up"
 
 
+@virtual_time
 async def test_hung_source_does_not_delay_others() -> None:
     hung = ScriptedAdapter("hung", default=("sleep", 3600.0))
     healthy = ScriptedAdapter("ok")
