@@ -18,6 +18,7 @@ Pure: samples and their timestamps in, numbers out. Same input, same output.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -234,7 +235,8 @@ class PairSlopes:
             t, y = new.t, new.value
             for a, row in zip(kept, rows, strict=True):
                 if t > a.t:
-                    row.append((y - a.value) / (t - a.t))
+                    # Rows kept sorted: the fit's sort then merges runs, not scratch.
+                    insort(row, (y - a.value) / (t - a.t))
             kept.append(new)
             rows.append([])
         self._buckets, self._rows = kept, rows
