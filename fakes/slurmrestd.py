@@ -54,6 +54,8 @@ class FakeNode:
     reason: str = ""
     reason_set_by_user: str = "root"
     not_responding_until: float = 0.0
+    features: list[str] = field(default_factory=list)  # e.g. ["rack_a"]: the node's rack
+    reason_changed_at: int = 0  # wall seconds; 0: never set
 
     def states(self, now: float) -> list[str]:
         """Base state then flags, as v0.0.40+ report them."""
@@ -100,8 +102,12 @@ class FakeSlurmrestd:
         tokens: dict[str, str] | None = None,
         admins: Iterable[str] = ("root",),
         resume_settle_s: float = 0.0,
+        racks: dict[str, str] | None = None,
     ) -> None:
+        # ``racks``: node -> rack, served as the node feature ``rack_<rack>``.
         self.nodes = {n: FakeNode(n) for n in nodes}
+        for name, rack in (racks or {}).items():
+            self.nodes[name].features = [f"rack_{rack}"]
         self.versions = tuple(sorted(versions, key=_version_tuple))
         self.tokens = dict(tokens or {"root": "token-root"})
         self.admins = set(admins)
@@ -154,6 +160,7 @@ class FakeSlurmrestd:
         if "DRAIN" not in n.flags:
             n.flags.append("DRAIN")
         n.reason, n.reason_set_by_user = reason, user
+        n.reason_changed_at = int(time.time())
 
     def admin_resume(self, node: str) -> None:
         """An administrator resumes the node by hand."""
@@ -198,10 +205,14 @@ class FakeSlurmrestd:
             "name": node.name,
             "reason": node.reason,
             "reason_set_by_user": node.reason_set_by_user,
+            "features": node.features,
         }
         if _version_tuple(version) >= (0, 0, 39):
             out["state"] = states
+            at = node.reason_changed_at
+            out["reason_changed_at"] = {"set": at > 0, "infinite": False, "number": at}
         else:
+            out["reason_changed_at"] = node.reason_changed_at
             out["state"] = states[0].lower()
             out["state_flags"] = states[1:]
         return out
@@ -316,6 +327,7 @@ class FakeSlurmrestd:
                         node.not_responding_until = now + self.resume_settle_s
             if reason is not None and not any(s in ("RESUME", "UNDRAIN") for s in states):
                 node.reason, node.reason_set_by_user = str(reason), user
+                node.reason_changed_at = int(time.time())
             self.writes.append(
                 Write(name, "+".join(states), reason, before, node.held(), user, time.time())
             )

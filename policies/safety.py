@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from policies.model import Action, Decision, FaultDomain
+from policies.model import REASON_PREFIX, Action, Decision, FaultDomain
 from policies.settings import PolicySettings
 
 RACK_DOMAINS = frozenset({FaultDomain.RACK, FaultDomain.COOLING_LOOP})
@@ -90,6 +90,36 @@ class BreakerState:
     def open(self) -> bool:
         """Predictive drains are stopped."""
         return self.open_since is not None
+
+
+def scheduler_reason(d: Decision) -> str:
+    """The reason as the scheduler records it: the domain tagged, ``rackguard[cooling_loop]: ...``.
+
+    Other agents read the domain back from the scheduler (:func:`reason_domain`)
+    to follow a rack-wide drain and to count budgets.
+    """
+    if d.action is Action.RESUME or d.domain is FaultDomain.NONE:
+        return d.reason
+    return f"rackguard[{d.domain.value}]:{d.reason.removeprefix(REASON_PREFIX)}"
+
+
+def reason_is_ours(reason: str) -> bool:
+    """A hold with rackguard's reason: ``rackguard: ...`` or ``rackguard[<domain>]: ...``."""
+    if reason.startswith(REASON_PREFIX):
+        return True
+    tag, sep, _ = reason.partition("]:")
+    return bool(sep) and tag.startswith("rackguard[") and tag[10:] in _DOMAIN_VALUES
+
+
+def reason_domain(reason: str) -> FaultDomain:
+    """The domain a tagged reason names; NONE for the old untagged form or a foreign reason."""
+    tag, sep, _ = reason.partition("]:")
+    if sep and tag.startswith("rackguard[") and tag[10:] in _DOMAIN_VALUES:
+        return FaultDomain(tag[10:])
+    return FaultDomain.NONE
+
+
+_DOMAIN_VALUES = frozenset(d.value for d in FaultDomain)
 
 
 def budget(nodes: int, at_least: int, pct: float) -> int:

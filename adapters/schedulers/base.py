@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from adapters.base import SchedulerSink
-from policies.model import REASON_PREFIX, Action, Decision
+from policies.model import Action, Decision
+from policies.safety import reason_is_ours
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,8 @@ class NodeView:
 
     @property
     def ours(self) -> bool:
-        """The hold (if any) carries rackguard's reason prefix."""
-        return self.reason.startswith(REASON_PREFIX)
+        """The hold (if any) carries rackguard's reason (``rackguard:``, ``rackguard[domain]:``)."""
+        return reason_is_ours(self.reason)
 
     @property
     def foreign(self) -> bool:

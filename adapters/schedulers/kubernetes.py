@@ -33,7 +33,9 @@ import orjson
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.base import NodeReadError, NodeView
 from adapters.schedulers.bounded import read_error_body
+from adapters.schedulers.listing import ListedNode, listed_kube
 from policies.model import Action, Decision
+from policies.safety import scheduler_reason
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +297,17 @@ class KubernetesSink:
             detail="+".join(words) or "Schedulable",
         )
 
+    async def list_nodes(self) -> list[ListedNode]:
+        """Every node in one read of the node list, with its rack label."""
+        try:
+            status, body = await self._call("GET", "/api/v1/nodes")
+            if status != 200 or not isinstance(body, dict):
+                raise self._fail("list nodes", status, body)
+        except DeliveryError as err:
+            raise NodeReadError(str(err), permanent=err.permanent) from err
+        items = [n for n in body.get("items") or [] if isinstance(n, dict)]
+        return [listed_kube(n, self._view(n)) for n in items]
+
     async def read_state(self, nodes: Sequence[str]) -> dict[str, NodeView]:
         """Each node's cordon, our taint and reason; a missing node has exists=False."""
         out: dict[str, NodeView] = {}
@@ -353,7 +366,7 @@ class KubernetesSink:
             if not cordoned:
                 ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
                 ann[CORDONED_ANNOTATION] = "true"
-            ann[REASON_ANNOTATION] = decision.reason
+            ann[REASON_ANNOTATION] = scheduler_reason(decision)
             ann[KEY_ANNOTATION] = decision.key
         # The whole list, as read plus or minus ours: the test above guards it.
         if new_taints != taints and (new_taints or "taints" in spec):

@@ -30,6 +30,7 @@ from adapters.base import DeliveryError, http_error
 from adapters.schedulers.base import NodeReadError, NodeView
 from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.command import run_command
+from adapters.schedulers.listing import ListedNode, listed_scontrol, listed_slurm
 from adapters.schedulers.slurm_auth import JwtToken, TokenError
 from adapters.schedulers.slurm_versions import (
     PERMANENT_ERRORS,
@@ -39,6 +40,7 @@ from adapters.schedulers.slurm_versions import (
     slurm_errors,
 )
 from policies.model import Action, Decision
+from policies.safety import scheduler_reason
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +213,26 @@ class SlurmSink:
         seen = {v.node: v for v in map(node_view, body.get("nodes") or [])}
         return {n: seen.get(n, NodeView(n, exists=False)) for n in nodes}
 
+    async def list_nodes(self) -> list[ListedNode]:
+        """Every node in one read (``GET /nodes`` or ``scontrol -o show nodes``)."""
+        try:
+            if self._url is None:
+                rc, stdout, stderr = await self._scontrol_run("-o", "show", "nodes")
+                if rc != 0:
+                    raise DeliveryError(f"scontrol show nodes: rc={rc}: {stderr}")
+                lines = [ln for ln in stdout.splitlines() if ln.startswith("NodeName=")]
+                return [
+                    listed_scontrol(ln, parse_scontrol_node(ln) or NodeView("")) for ln in lines
+                ]
+            version = await self._ensure_api()
+            status, body = await self._request("GET", f"/slurm/{version}/nodes")
+            if status != 200 or not isinstance(body, dict):
+                raise DeliveryError(f"slurmrestd GET nodes: HTTP {status}: {str(body)[:200]}")
+            raw = [n for n in body.get("nodes") or [] if isinstance(n, dict)]
+            return [listed_slurm(n, node_view(n)) for n in raw]
+        except DeliveryError as err:
+            raise NodeReadError(str(err), permanent=err.permanent) from err
+
     async def _read_scontrol(self, nodes: Sequence[str]) -> dict[str, NodeView]:
         out: dict[str, NodeView] = {}
         for node in nodes:
@@ -245,7 +267,7 @@ class SlurmSink:
         state = SLURM_STATE[decision.action]
         body: dict[str, Any] = {"state": [state]}
         if decision.action is not Action.RESUME:
-            body["reason"] = decision.reason
+            body["reason"] = scheduler_reason(decision)
         path = f"/slurm/{self._version}/node/{decision.node}"
         status, resp = await self._request("POST", path, body)
         errors = slurm_errors(resp) if isinstance(resp, dict) else []
@@ -272,7 +294,7 @@ class SlurmSink:
         state = SLURM_STATE[decision.action]
         args = ["update", f"nodename={decision.node}", f"state={state.lower()}"]
         if decision.action is not Action.RESUME:
-            args.append(f"reason={decision.reason}")
+            args.append(f"reason={scheduler_reason(decision)}")
         rc, _, stderr = await self._scontrol_run(*args)
         if rc == 0:
             return

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from daemon.config.cluster import ClusterConfig
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import SchedulerConfig, WebhookSchedulerConfig
@@ -89,6 +90,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     scheduler: SchedulerConfig | None = None
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def validate(self) -> Problems:
         """At least one source, with names usable in logs and metrics."""

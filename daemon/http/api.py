@@ -92,6 +92,9 @@ async def readyz(request: web.Request) -> web.Response:
         "outbox": {"writable": not d.decisions.error, "error": d.decisions.error},
         "problems": problems,
     }
+    if d.fleet is not None:
+        # Degraded coordination does not make the agent unready: it still protects its node.
+        body["cluster"] = d.fleet.status()
     return json_response(body, 200 if ready else 503)
 
 

@@ -20,6 +20,7 @@ from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from adapters.schedulers.kubernetes import KubeAuthError
+from daemon.cluster.build import FleetCollector, build_fleet, run_fleet
 from daemon.config import Config, ConfigError, load_config, read_secret
 from daemon.config.policy import policy_settings
 from daemon.delivery.deliverer import Deliverer
@@ -127,6 +128,9 @@ class Daemon:
         # After a restart, the policy starts from what it last asked for: a node
         # drained before the restart is resumed by the rule, not forgotten.
         self._restore_from_outbox(only_out_of_service=True)
+        self.fleet = build_fleet(config, sink, self.engine, self._rng)
+        if self.fleet is not None:
+            self.metrics.registry.register(FleetCollector(self.fleet))
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
         self.overrides = OverrideStore(self.decisions)
@@ -181,6 +185,8 @@ class Daemon:
         """Apply an operator override (validated by the API), audit it and tell the policy."""
         entry = await self.overrides.apply(req)
         self.engine.overrides = self.overrides.to_policy()
+        if req.action == "reset_storm" and self.fleet is not None:
+            self.fleet.reset_storm()
         log.warning(
             "override by %s: %s%s (%s)",
             req.actor,
@@ -244,6 +250,8 @@ class Daemon:
                     )
                     tg.create_task(self.deliverer.run(), name="delivery")
                     tg.create_task(self.decisions.run(), name="storage")
+                    if self.fleet is not None:
+                        tg.create_task(run_fleet(self.fleet), name="fleet")
                     if self.reconciler is not None:
                         tg.create_task(self.reconciler.run(), name="reconcile")
                     tg.create_task(self._mark_ready(), name="ready")
@@ -306,13 +314,16 @@ class Daemon:
             ("[node]", old.node, new.node),
             ("[api]", old.api, new.api),
             ("[scheduler]", old.scheduler, new.scheduler),
+            ("[cluster]", old.cluster, new.cluster),
         ):
             if a != b:
                 log.warning("reload: %s changed; it takes effect at the next restart", what)
         for key in ("evaluate_interval_s", "record_trace", "record_max_mb"):
             if getattr(old.policy, key) != getattr(new.policy, key):
                 log.warning("reload: policy.%s changed; it takes effect at the next restart", key)
-        new = Config(old.node, new.sources, new.logging, old.api, new.policy, old.scheduler)
+        new = Config(
+            old.node, new.sources, new.logging, old.api, new.policy, old.scheduler, old.cluster
+        )
         setup_logging(new.logging.level, new.logging.format)
         self.engine.settings = policy_settings(new.policy)
         if old.policy.dry_run != new.policy.dry_run:
@@ -415,6 +426,8 @@ class Daemon:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_GRACE_S):
                 await api.cleanup()
+                if self.fleet is not None and self.fleet.etcd is not None:
+                    await self.fleet.etcd.close()
                 if self.sink is not None:
                     await self.sink.close()
         self.decisions.close()

@@ -7,17 +7,29 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
 
 from daemon.service.state import StateStore
 from policies.model import Action, Condition, Decision, FaultDomain
 from policies.policy import Outcome, Policy
 from policies.rules import NodeState
-from policies.safety import ClusterLedger, ClusterView, Overrides
+from policies.safety import BreakerState, ClusterLedger, ClusterView, Overrides
 from policies.settings import PolicySettings
 
 log = logging.getLogger(__name__)
 
 LOCAL_RACK = "local"  # the rack name when the node's rack is not configured
+
+
+class Gate(Protocol):
+    """The fleet's say before a decision is made (daemon/cluster/fleet.py)."""
+
+    def breaker(self, current: BreakerState, now: float) -> BreakerState:
+        """The storm breaker in force."""
+
+    async def admit(self, outcome: Outcome) -> str:
+        """Why the decision may not be made now; "" when it may."""
 
 
 class PolicyEngine:
@@ -50,6 +62,7 @@ class PolicyEngine:
         self.ledger = ClusterLedger(racks, _ledger_horizon(settings))
         self.cluster_view: Callable[[float], ClusterView] = self.ledger.view
         self.overrides = Overrides()
+        self.gate: Gate | None = None
         self.last: Outcome | None = None
         self.decisions: deque[Decision] = deque(maxlen=history)
 
@@ -70,10 +83,30 @@ class PolicyEngine:
 
     def evaluate_once(self, now: float, wall: float) -> Outcome:
         """One pass of the policy at monotonic ``now``."""
+        return self._hand_on(self._evaluate(now, wall), now)
+
+    async def step(self, now: float, wall: float) -> Outcome:
+        """One pass, with the gate's claim made before a decision is handed on."""
+        if self.gate is None:
+            return self.evaluate_once(now, wall)
+        state, breaker = self.policy.states[self.node], self.gate.breaker(self.policy.breaker, now)
+        self.policy.breaker = breaker
+        outcome = self._evaluate(now, wall)
+        if outcome.decision is not None:
+            why = await self.gate.admit(outcome)
+            if why:
+                # Not made: the policy's state is as if it had not been decided.
+                self.policy.states[self.node] = state
+                outcome = replace(outcome, state=state, decision=None, note=why, critical=False)
+        return self._hand_on(outcome, now)
+
+    def _evaluate(self, now: float, wall: float) -> Outcome:
         self.policy.observe(self._store.readings())
-        outcome = self.policy.evaluate(
+        return self.policy.evaluate(
             now, wall, self.cluster_view(now), self.overrides, nodes=(self.node,)
         )[self.node]
+
+    def _hand_on(self, outcome: Outcome, now: float) -> Outcome:
         before = self.last
         self._log_changes(before, outcome)
         self.last = outcome
@@ -116,7 +149,7 @@ class PolicyEngine:
         while True:
             # time.monotonic(), not loop.time(): readings are stamped with it,
             # and uvloop's loop clock is a different (cached, ms) clock.
-            self.evaluate_once(time.monotonic(), time.time())
+            await self.step(time.monotonic(), time.time())
             await asyncio.sleep(interval_s)
 
 

@@ -82,7 +82,7 @@ async def test_drain_cordons_and_taints_without_dropping_other_taints(
     assert node["spec"]["unschedulable"] is True
     assert GPU_TAINT in node["spec"]["taints"] and our_taints(api, "node-a") == ["NoSchedule"]
     ann = node["metadata"]["annotations"]
-    assert ann["rackguard.io/reason"] == f"{REASON_PREFIX} kube drain"
+    assert ann["rackguard.io/reason"] == "rackguard[gpu]: kube drain"
     assert ann["node.alpha.kubernetes.io/ttl"] == "0"  # others' annotations kept
     (event,) = api.events
     assert event["involvedObject"]["name"] == "node-a" and event["reason"] == "RackguardDrain"

@@ -196,7 +196,7 @@ async def test_rest_reads_nodes_and_writes_fall_back_to_scontrol(sink: SlurmSink
 async def test_drain_exclude_and_resume_through_the_outbox(clean: Cluster, outbox: Outbox) -> None:
     await deliver_all(outbox, decision("gpu01", Action.DRAIN))
     shown = clean.show("gpu01")
-    assert "State=IDLE+DRAIN" in shown and f"Reason={REASON_PREFIX} real slurm drain #1" in shown
+    assert "State=IDLE+DRAIN" in shown and "Reason=rackguard[gpu]: real slurm drain #1" in shown
     await deliver_all(outbox, decision("gpu01", Action.EXCLUDE, 2))
     assert "State=DOWN" in clean.show("gpu01")
     await deliver_all(outbox, decision("gpu01", Action.RESUME, 3))
@@ -226,7 +226,7 @@ async def test_a_node_resumed_by_hand_is_drained_again_by_reconciliation(
     findings = {f.node: f.finding for f in await reconciler.reconcile_once()}
     assert findings == {"gpu03": Finding.DRIFTED, "gpu04": Finding.FOREIGN}
     await deliver_all(outbox)
-    assert f"Reason={REASON_PREFIX} real slurm drain #1" in clean.show("gpu03")
+    assert "Reason=rackguard[gpu]: real slurm drain #1" in clean.show("gpu03")
     assert "Reason=maint ticket-2" in clean.show("gpu04")
     again = {f.node: f.finding for f in await reconciler.reconcile_once()}
     assert again == {"gpu03": Finding.IN_SYNC, "gpu04": Finding.FOREIGN}

@@ -160,7 +160,7 @@ async def test_delivery_writes_then_reads_back(
         ("gpu01", "DRAIN", "IDLE+DRAIN"),
         ("gpu02", "DOWN", "DOWN"),
     ]
-    assert fake.nodes["gpu01"].reason == f"{REASON_PREFIX} test drain #1"
+    assert fake.nodes["gpu01"].reason == "rackguard[gpu]: test drain #1"
     assert outbox.confirmed == {"gpu01": Action.DRAIN, "gpu02": Action.EXCLUDE}
     assert all(r.outcome.startswith("read back") for r in (await outbox.history()))
 

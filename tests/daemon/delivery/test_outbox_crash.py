@@ -150,7 +150,7 @@ async def test_kill_9_ten_times_loses_no_decision_and_applies_none_twice(tmp_pat
     assert not wrong, f"intended vs scheduler: {wrong}"
     for node, action in intended.items():
         if action is not Action.RESUME:
-            assert fake.nodes[node].reason.startswith(f"{REASON_PREFIX} crash test #")
+            assert fake.nodes[node].reason.startswith("rackguard[gpu]: crash test #")
     # None applied twice: every write the scheduler accepted changed the node.
     repeated = [w for w in fake.writes if w.before == w.after]
     assert not repeated, repeated

@@ -1,0 +1,92 @@
+"""Builds the fleet view for a daemon from its config, and its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from adapters.base import SchedulerSink
+from adapters.schedulers.listing import NodeLister
+from daemon.cluster.agent import EtcdAgent
+from daemon.cluster.etcd import EtcdClient
+from daemon.cluster.fleet import Fleet
+from daemon.cluster.scheduler_view import SchedulerView
+from daemon.config import Config
+from daemon.service.engine import PolicyEngine
+
+
+def build_fleet(
+    config: Config, sink: SchedulerSink | None, engine: PolicyEngine, rng: random.Random
+) -> Fleet | None:
+    """The fleet for this config (None: a lone agent, as before), wired into ``engine``."""
+    c = config.cluster
+    view = None
+    if c.view_interval_s > 0 and isinstance(sink, NodeLister):
+        s = engine.settings
+        view = SchedulerView(
+            sink,
+            interval_s=c.view_interval_s,
+            horizon_s=max(s.storm_window_s, s.resume_window_s),
+            racks={**c.rack_of(), config.node.name: config.node.rack},
+            rng=rng,
+        )
+    agent = None
+    if c.etcd:
+        client = EtcdClient(c.etcd, timeout_s=c.claim_timeout_s)
+        agent = EtcdAgent(
+            client, config.node.name, prefix=c.etcd_prefix, lease_ttl_s=c.lease_ttl_s, rng=rng
+        )
+    if view is None and agent is None:
+        return None
+    fleet = Fleet(
+        config.node.name,
+        engine.rack,
+        lambda: engine.settings,
+        scheduler=view,
+        etcd=agent,
+        claim_timeout_s=c.claim_timeout_s,
+    )
+    ledger_view = engine.cluster_view
+    engine.cluster_view = lambda now: fleet.view(ledger_view(now), now)
+    engine.gate = fleet
+    return fleet
+
+
+async def run_fleet(fleet: Fleet) -> None:
+    """The scheduler reads and the etcd agent, until cancelled."""
+    async with asyncio.TaskGroup() as tg:
+        if fleet.scheduler is not None:
+            tg.create_task(fleet.scheduler.run(), name="cluster-view")
+        if fleet.etcd is not None:
+            tg.create_task(fleet.etcd.run(), name="etcd")
+
+
+class FleetCollector:
+    """rackguard_cluster_* metrics."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def collect(self) -> Iterator[Metric]:
+        """Degraded flag, etcd failures, claims granted and refused, scheduler view age."""
+        f = self.fleet
+        yield GaugeMetricFamily(
+            "rackguard_cluster_degraded",
+            "1 while the configured fleet coordination (etcd, scheduler view) is not working.",
+            value=1.0 if f.degraded else 0.0,
+        )
+        if f.etcd is not None:
+            yield CounterMetricFamily(
+                "rackguard_etcd_unreachable",
+                "Times etcd was found unreachable (the agent degraded).",
+                value=f.etcd.failures,
+            )
+        claims = CounterMetricFamily(
+            "rackguard_cluster_claims", "Fleet claims, by outcome.", labels=["outcome"]
+        )
+        claims.add_metric(["granted"], f.claims_granted)
+        claims.add_metric(["refused"], f.claims_refused)
+        yield claims

@@ -1,0 +1,181 @@
+"""Atomic fleet claims in etcd: drain slots, resume slots, the storm breaker, rack-wide causes.
+
+Key layout under the prefix (default ``/rackguard/``)::
+
+    drain/cluster/<i>        node   agent lease   one of the cluster budget's N slots
+    drain/rack/<rack>/<j>    node   agent lease   a per-rack slot (node/GPU causes only)
+    trip/<k>                 node   storm lease   one of the storm threshold's slots
+    breaker                  JSON   no lease      open until an operator resets it
+    resume/<rack>/<i>        node   window lease  resumes_per_window slots per window
+    cause/<rack>/<node>      JSON   agent lease   a rack-wide cause: the rack follows it
+
+A slot is claimed in one transaction that compares every key it writes as
+absent (and the breaker too): with every agent counting the same N slots, no
+more than N are ever held. A slot bound to the agent's lease goes when the
+agent dies; trips and resumes carry leases of the storm and stagger windows,
+so they expire on their own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import orjson
+
+from daemon.cluster.etcd import EtcdClient, Kv, absent, delete_op, put_op, range_op
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A claim's answer: granted, or refused with why (words for the decision log)."""
+
+    granted: bool
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """The caps every agent must count alike (derived from the shared policy settings)."""
+
+    cluster: int
+    rack: int
+    storm: int  # the breaker opens above this many trips in the storm window
+    storm_window_s: float
+    resumes_per_window: int
+    resume_window_s: float
+
+
+class Claims:
+    """The claim protocol for one agent, bound to its lease."""
+
+    ATTEMPTS = 5  # a lost race re-reads and tries again
+
+    def __init__(self, client: EtcdClient, node: str, prefix: str = "/rackguard/") -> None:
+        self.etcd = client
+        self.node = node
+        self.p = prefix
+        self.lease = 0  # the agent's lease; set by the owner once granted
+
+    def key(self, *parts: str) -> str:
+        """A key under the prefix."""
+        return self.p + "/".join(parts)
+
+    async def _snapshot(self, *prefixes: str) -> list[list[Kv]]:
+        """Several prefixes read at one revision (a txn of ranges)."""
+        _, responses = await self.etcd.txn([], [range_op(self.p + x) for x in prefixes])
+        out = []
+        for r in responses:
+            kvs = (r.get("response_range") or {}).get("kvs") or []
+            out.append([Kv.from_json(kv) for kv in kvs])
+        return out
+
+    async def claim_drain(self, rack: str, rack_wide: bool, b: Budgets) -> Grant:
+        """A predictive drain's slot (and its trip); refused when the budget or storm is full."""
+        for _ in range(self.ATTEMPTS):
+            drains, trips, breaker = await self._snapshot("drain/", "trip/", "breaker")
+            if breaker:
+                return Grant(False, f"storm breaker open fleet-wide ({_breaker_words(breaker[0])})")
+            cluster = _slots(drains, self.key("drain", "cluster", ""))
+            in_rack = _slots(drains, self.key("drain", "rack", rack, ""))
+            if self.node in cluster.values():
+                return Grant(True)  # already holds one (a retried or repeated claim)
+            free = _free(cluster, b.cluster)
+            if free is None:
+                return Grant(
+                    False, f"cluster budget exhausted ({len(cluster)}/{b.cluster} claimed)"
+                )
+            compare = [absent(self.key("breaker")), absent(self.key("drain", "cluster", free))]
+            ops = [put_op(self.key("drain", "cluster", free), self.node, self.lease)]
+            if not rack_wide:
+                slot = _free(in_rack, b.rack)
+                if slot is None:
+                    return Grant(
+                        False, f"rack budget exhausted ({len(in_rack)}/{b.rack} claimed in {rack})"
+                    )
+                compare.append(absent(self.key("drain", "rack", rack, slot)))
+                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, self.lease))
+            trip = _free(_slots(trips, self.key("trip", "")), b.storm + 1)
+            if trip is None:
+                await self.open_breaker(len(trips))
+                return Grant(False, f"storm breaker opened ({len(trips)} trips in the window)")
+            trip_lease = await self.etcd.grant(math.ceil(b.storm_window_s))
+            compare.append(absent(self.key("trip", trip)))
+            ops.append(put_op(self.key("trip", trip), self.node, trip_lease))
+            ok, _ = await self.etcd.txn(compare, ops)
+            if ok:
+                return Grant(True)
+            await self.etcd.revoke(trip_lease)
+        return Grant(False, "drain claim lost the race repeatedly; trying again later")
+
+    async def claim_resume(self, rack: str, b: Budgets) -> Grant:
+        """A resume slot in the rack's stagger window; taking it frees this node's drain slots."""
+        for _ in range(self.ATTEMPTS):
+            resumes, drains = await self._snapshot(f"resume/{rack}/", "drain/")
+            held = _slots(resumes, self.key("resume", rack, ""))
+            release = [delete_op(kv.key) for kv in drains if kv.value.decode() == self.node]
+            release.append(delete_op(self.key("cause", rack, self.node)))
+            if self.node in held.values():
+                await self.etcd.txn([], release)
+                return Grant(True)
+            slot = _free(held, b.resumes_per_window)
+            if slot is None:
+                return Grant(
+                    False,
+                    f"staggered fleet-wide: {len(held)} resume(s) in {rack} in the last "
+                    f"{b.resume_window_s:.0f}s (at most {b.resumes_per_window})",
+                )
+            lease = await self.etcd.grant(math.ceil(b.resume_window_s))
+            key = self.key("resume", rack, slot)
+            ok, _ = await self.etcd.txn([absent(key)], [put_op(key, self.node, lease), *release])
+            if ok:
+                return Grant(True)
+            await self.etcd.revoke(lease)
+        return Grant(False, "staggered: resume claim lost the race repeatedly; trying again later")
+
+    async def record_trip(self, b: Budgets) -> None:
+        """A critical exclusion counts toward the storm, unclaimed (it never waits)."""
+        lease = await self.etcd.grant(math.ceil(b.storm_window_s))
+        await self.etcd.put(self.key("trip", f"critical-{self.node}-{lease}"), self.node, lease)
+
+    async def open_breaker(self, trips: int) -> None:
+        """Open the fleet's storm breaker (once: the first writer's words stay)."""
+        body = orjson.dumps({"trips": trips, "by": self.node})
+        key = self.key("breaker")
+        await self.etcd.txn([absent(key)], [put_op(key, body)])
+
+    async def reset_breaker(self) -> None:
+        """An operator's reset: the breaker and the counted trips go."""
+        await self.etcd.txn(
+            [], [delete_op(self.key("breaker")), delete_op(self.key("trip", ""), prefix=True)]
+        )
+
+    async def put_cause(self, rack: str, domain: str) -> None:
+        """This node is out for a rack-wide cause: its rack peers follow at once."""
+        body = orjson.dumps({"domain": domain})
+        await self.etcd.put(self.key("cause", rack, self.node), body, self.lease)
+
+
+def _slots(kvs: list[Kv], under: str) -> dict[str, str]:
+    """Slot index -> holder, for the keys directly under ``under``."""
+    out = {}
+    for kv in kvs:
+        rest = kv.key.removeprefix(under)
+        if kv.key.startswith(under) and "/" not in rest:
+            out[rest] = kv.value.decode(errors="replace")
+    return out
+
+
+def _free(held: dict[str, str], cap: int) -> str | None:
+    """The lowest free slot of ``cap`` (None when as many are held as the cap allows)."""
+    if len(held) >= cap:
+        return None
+    return next((str(i) for i in range(cap) if str(i) not in held), None)
+
+
+def _breaker_words(kv: Kv) -> str:
+    try:
+        body = orjson.loads(kv.value)
+        return f"{body.get('trips', '?')} trips, opened by {body.get('by', '?')}"
+    except (orjson.JSONDecodeError, AttributeError):
+        return "opened"

@@ -1,0 +1,245 @@
+"""A small etcd v3 client over etcd's JSON gateway (``/v3/...``), on the aiohttp we already use.
+
+Why the gateway and not a gRPC client: it is part of every etcd since 3.4 (same
+port, same TLS), it needs no new dependency (grpcio is a large C extension with
+threads of its own), and the few calls rackguard makes -- lease grant /
+keepalive / revoke, range, put, delete, txn, watch -- map one to one onto JSON
+POSTs. Keys and values travel base64-encoded; 64-bit integers as strings.
+
+Every call has a timeout; a connection failure tries the next endpoint. An
+unreachable cluster raises :class:`EtcdUnavailable` (the caller degrades), an
+answer etcd gives but rejects raises :class:`EtcdError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+log = logging.getLogger(__name__)
+
+
+class EtcdError(Exception):
+    """etcd answered, but refused the request (a bad lease, a malformed txn, ...)."""
+
+
+class EtcdUnavailable(EtcdError):
+    """No endpoint answered in time: the caller falls back, it does not wait."""
+
+
+def b64(text: str | bytes) -> str:
+    """Key or value as the gateway wants it."""
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode()
+
+
+def unb64(text: str) -> bytes:
+    """Key or value as the gateway sends it."""
+    return base64.b64decode(text)
+
+
+def prefix_end(prefix: str) -> str:
+    """The ``range_end`` that selects every key starting with ``prefix`` (base64)."""
+    raw = bytearray(prefix.encode())
+    raw[-1] += 1  # our prefixes end in '/', never 0xff
+    return base64.b64encode(bytes(raw)).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class Kv:
+    """One key as etcd holds it."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+    @classmethod
+    def from_json(cls, kv: Mapping[str, Any]) -> Kv:
+        """From a gateway ``kvs`` entry."""
+        return cls(
+            unb64(str(kv.get("key", ""))).decode(errors="replace"),
+            unb64(str(kv.get("value", ""))),
+            int(kv.get("create_revision", 0)),
+            int(kv.get("mod_revision", 0)),
+            int(kv.get("lease", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """A put or delete seen by a watch."""
+
+    kind: str  # "PUT" or "DELETE"
+    kv: Kv
+
+
+# Builders for txn operations and comparisons, as the gateway spells them.
+def absent(key: str) -> dict[str, Any]:
+    """Compare: the key does not exist."""
+    return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+
+
+def put_op(key: str, value: str | bytes, lease: int = 0) -> dict[str, Any]:
+    """Txn op: put."""
+    body: dict[str, Any] = {"key": b64(key), "value": b64(value)}
+    if lease:
+        body["lease"] = str(lease)
+    return {"request_put": body}
+
+
+def delete_op(key: str, *, prefix: bool = False) -> dict[str, Any]:
+    """Txn op: delete a key (or every key under a prefix)."""
+    body = {"key": b64(key)}
+    if prefix:
+        body["range_end"] = prefix_end(key)
+    return {"request_delete_range": body}
+
+
+def range_op(prefix: str) -> dict[str, Any]:
+    """Txn op: read every key under a prefix."""
+    return {"request_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
+
+
+class EtcdClient:
+    """The calls rackguard makes, each one POST to the first endpoint that answers."""
+
+    def __init__(self, endpoints: Sequence[str], *, timeout_s: float = 1.0) -> None:
+        if not endpoints:
+            raise ValueError("no etcd endpoints")
+        self.endpoints = [e.rstrip("/") for e in endpoints]
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._current = 0  # the endpoint that answered last
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def call(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """One request; the next endpoint on a connection failure."""
+        data = orjson.dumps(body)
+        last = ""
+        for i in range(len(self.endpoints)):
+            n = (self._current + i) % len(self.endpoints)
+            url = self.endpoints[n] + path
+            try:
+                async with self._http().post(url, data=data) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError, OSError) as err:
+                last = f"{url}: {type(err).__name__}: {err}"
+                continue
+            if status >= 500 and status != 501:
+                last = f"{url}: HTTP {status}: {raw[:200]!r}"
+                continue
+            self._current = n
+            try:
+                parsed = orjson.loads(raw) if raw else {}
+            except orjson.JSONDecodeError as err:
+                raise EtcdError(f"{url}: not JSON: {raw[:200]!r}") from err
+            if status != 200 or not isinstance(parsed, dict):
+                raise EtcdError(f"{url}: HTTP {status}: {str(parsed)[:200]}")
+            if "error" in parsed and "header" not in parsed:
+                raise EtcdError(f"{url}: {parsed.get('error') or parsed.get('message')}")
+            return parsed
+        raise EtcdUnavailable(f"etcd unreachable ({last})")
+
+    async def grant(self, ttl_s: int) -> int:
+        """A new lease of ``ttl_s`` seconds; its ID."""
+        body = await self.call("/v3/lease/grant", {"TTL": str(ttl_s)})
+        return int(body["ID"])
+
+    async def keepalive(self, lease: int) -> int:
+        """Refresh a lease once; its remaining TTL (0 or less: it has expired)."""
+        body = await self.call("/v3/lease/keepalive", {"ID": str(lease)})
+        result = body.get("result", body)
+        return int(result.get("TTL", 0))
+
+    async def revoke(self, lease: int) -> None:
+        """End a lease now: every key bound to it goes."""
+        await self.call("/v3/lease/revoke", {"ID": str(lease)})
+
+    async def get_prefix(self, prefix: str) -> tuple[list[Kv], int]:
+        """Every key under ``prefix``, and the revision it was read at."""
+        body = await self.call(
+            "/v3/kv/range", {"key": b64(prefix), "range_end": prefix_end(prefix)}
+        )
+        return [Kv.from_json(kv) for kv in body.get("kvs") or []], _revision(body)
+
+    async def put(self, key: str, value: str | bytes, lease: int = 0) -> int:
+        """Write a key; the new revision."""
+        body = await self.call("/v3/kv/put", put_op(key, value, lease)["request_put"])
+        return _revision(body)
+
+    async def delete(self, key: str, *, prefix: bool = False) -> None:
+        """Delete a key or every key under a prefix."""
+        await self.call("/v3/kv/deleterange", delete_op(key, prefix=prefix)["request_delete_range"])
+
+    async def txn(
+        self,
+        compare: Sequence[Mapping[str, Any]],
+        success: Sequence[Mapping[str, Any]],
+        failure: Sequence[Mapping[str, Any]] = (),
+    ) -> tuple[bool, list[dict[str, Any]]]:
+        """The success ops if every comparison holds, else the failure ops; (ok, responses)."""
+        body = await self.call(
+            "/v3/kv/txn",
+            {"compare": list(compare), "success": list(success), "failure": list(failure)},
+        )
+        return bool(body.get("succeeded", False)), list(body.get("responses") or [])
+
+    async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+        """Events under ``prefix`` from ``start_revision`` on, until the stream breaks.
+
+        Raises EtcdUnavailable when it cannot be opened or breaks (the caller
+        reads the prefix afresh and watches again).
+        """
+        req = {
+            "create_request": {
+                "key": b64(prefix),
+                "range_end": prefix_end(prefix),
+                "start_revision": str(start_revision),
+            }
+        }
+        url = self.endpoints[self._current] + "/v3/watch"
+        # No total timeout: a watch stays open; a dead server shows as a read error.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total)
+        try:
+            async with self._http().post(url, data=orjson.dumps(req), timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise EtcdUnavailable(f"{url}: HTTP {resp.status}")
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    msg = orjson.loads(line)
+                    result = msg.get("result", {}) if isinstance(msg, dict) else {}
+                    if result.get("canceled") or result.get("compact_revision"):
+                        raise EtcdUnavailable(
+                            f"{url}: watch cancelled ({result.get('cancel_reason', 'compacted')})"
+                        )
+                    for ev in result.get("events") or []:
+                        yield WatchEvent(str(ev.get("type", "PUT")), Kv.from_json(ev.get("kv", {})))
+        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as err:
+            self._current = (self._current + 1) % len(self.endpoints)
+            raise EtcdUnavailable(f"{url}: watch broke: {type(err).__name__}: {err}") from err
+        raise EtcdUnavailable(f"{url}: watch stream ended")
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _revision(body: Mapping[str, Any]) -> int:
+    header = body.get("header") or {}
+    return int(header.get("revision", 0))

@@ -1,0 +1,237 @@
+"""The fleet as the policy sees it: one ClusterView, and claims made before predictive actions.
+
+Modes (docs/fleet.md):
+
+* lone: the agent's own ledger (no scheduler listing, no etcd) -- as before;
+* scheduler view: every node read every ``view_interval_s`` -- eventually consistent;
+* etcd: the scheduler view for who is out, plus atomic claims for predictive
+  drains, resumes and the storm breaker, and rack-wide causes seen at once.
+  With etcd unreachable it degrades to the scheduler view.
+
+Critical exclusions are never held back: they are recorded (trip, cause) off the
+decision path, after the fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from types import MappingProxyType
+
+import orjson
+
+from daemon.cluster.agent import EtcdAgent
+from daemon.cluster.claims import Budgets, Grant
+from daemon.cluster.etcd import EtcdError
+from daemon.cluster.scheduler_view import SchedulerView
+from policies.model import Action, FaultDomain
+from policies.policy import Outcome
+from policies.safety import (
+    RACK_DOMAINS,
+    BreakerState,
+    ClusterView,
+    OutOfService,
+    budget,
+    storm_threshold,
+)
+from policies.settings import PolicySettings
+
+log = logging.getLogger(__name__)
+
+
+class Fleet:
+    """Merges this agent's ledger with the fleet's view, and gates predictive actions on claims."""
+
+    def __init__(
+        self,
+        node: str,
+        rack: str,
+        settings: Callable[[], PolicySettings],
+        *,
+        scheduler: SchedulerView | None = None,
+        etcd: EtcdAgent | None = None,
+        claim_timeout_s: float = 1.0,
+    ) -> None:
+        self.node = node
+        self.rack = rack
+        self._settings = settings
+        self.scheduler = scheduler
+        self.etcd = etcd
+        self.claim_timeout_s = claim_timeout_s
+        self.claims_granted = 0
+        self.claims_refused = 0
+        self._last_size = 1
+        self._last_rack_size = 1
+
+    @property
+    def mode(self) -> str:
+        """lone, scheduler or etcd."""
+        return "etcd" if self.etcd else "scheduler" if self.scheduler else "lone"
+
+    @property
+    def degraded(self) -> bool:
+        """Configured coordination is not working now (etcd away, or the scheduler unread)."""
+        if self.etcd is not None and not self.etcd.up:
+            return True
+        return self.scheduler is not None and not self.scheduler.healthy
+
+    def status(self) -> dict[str, object]:
+        """For /readyz and /v1/state."""
+        body: dict[str, object] = {"mode": self.mode, "degraded": self.degraded}
+        if self.scheduler is not None:
+            body["scheduler_view"] = {
+                "healthy": self.scheduler.healthy,
+                "nodes": self.scheduler.snapshot.total if self.scheduler.snapshot else None,
+            }
+        if self.etcd is not None:
+            body["etcd"] = {"up": self.etcd.up, "failures": self.etcd.failures}
+            if not self.etcd.up and self.etcd.last_error:
+                body["etcd"] = {**body["etcd"], "error": self.etcd.last_error}  # type: ignore[dict-item]
+        return body
+
+    # -- the view --------------------------------------------------------------------
+
+    def view(self, local: ClusterView, now: float) -> ClusterView:
+        """The fleet's view with this node's own latest state from ``local`` (its ledger)."""
+        base = self.scheduler.view(now) if self.scheduler is not None else None
+        base = local if base is None else _with_own(base, local, self.node, self.rack)
+        self._last_size = base.cluster_size
+        self._last_rack_size = len(base.racks.get(self.rack, ())) or 1
+        if self.etcd is None or not self.etcd.up:
+            return base
+        out = dict(base.out)
+        for kv in self.etcd.under("cause", ""):
+            parts = kv.key.removeprefix(self.etcd.claims.key("cause", "")).split("/")
+            if len(parts) != 2 or parts[1] == self.node or parts[1] in out:
+                continue
+            try:
+                domain = FaultDomain(orjson.loads(kv.value).get("domain", ""))
+            except (orjson.JSONDecodeError, ValueError, AttributeError):
+                continue
+            since = self.etcd.seen_at.get(kv.key, now)
+            out[parts[1]] = OutOfService(parts[1], parts[0], Action.DRAIN, domain, since)
+        for kv in self.etcd.under("drain", "cluster", ""):
+            holder = kv.value.decode(errors="replace")
+            if holder not in out and holder != self.node:
+                since = self.etcd.seen_at.get(kv.key, now)
+                out[holder] = OutOfService(holder, "", Action.DRAIN, FaultDomain.NONE, since)
+        # The storm is counted in etcd (trip slots, the breaker key): no local trips.
+        return replace(base, out=MappingProxyType(out), trips=())
+
+    def breaker(self, current: BreakerState, now: float) -> BreakerState:
+        """With etcd up, the breaker is the fleet's key; otherwise this agent's own."""
+        if self.etcd is None or not self.etcd.up:
+            return current
+        kv = self.etcd.get("breaker")
+        if kv is None:
+            return BreakerState() if current.open else current
+        if current.open:
+            return current
+        try:
+            trips = int(orjson.loads(kv.value).get("trips", 0))
+        except (orjson.JSONDecodeError, ValueError, AttributeError):
+            trips = 0
+        return BreakerState(self.etcd.seen_at.get(kv.key, now), trips)
+
+    def reset_storm(self) -> None:
+        """An operator reset through this agent's API resets the fleet's breaker."""
+        if self.etcd is not None:
+            self.etcd.submit(self.etcd.claims.reset_breaker)
+
+    # -- claims ------------------------------------------------------------------------
+
+    def budgets(self, s: PolicySettings) -> Budgets:
+        """The caps, from the shared settings and the cluster's size."""
+        size = self._last_size
+        view = ClusterView(racks={}, total_nodes=size)
+        return Budgets(
+            cluster=budget(size, s.cluster_budget_nodes, s.cluster_budget_pct),
+            rack=budget(self._last_rack_size, s.rack_budget_nodes, s.rack_budget_pct),
+            storm=storm_threshold(view, s),
+            storm_window_s=s.storm_window_s,
+            resumes_per_window=s.resumes_per_window,
+            resume_window_s=s.resume_window_s,
+        )
+
+    async def admit(self, outcome: Outcome) -> str:
+        """Claim what a decision needs before it is made; why not, or "" to go ahead."""
+        d = outcome.decision
+        agent = self.etcd
+        if d is None or d.dry_run or agent is None:
+            return ""
+        rack_wide = d.domain in RACK_DOMAINS
+        if outcome.critical or d.action is Action.EXCLUDE:
+            # Hardware first: made now, counted after the fact.
+            b = self.budgets(self._settings())
+            agent.submit(lambda: _quiet(agent.claims.record_trip(b)))
+            if rack_wide and not outcome.following:
+                agent.submit(lambda: _quiet(agent.claims.put_cause(self.rack, d.domain.value)))
+            return ""
+        if not agent.up:
+            return ""  # degraded: the policy already gated on the scheduler view
+        b = self.budgets(self._settings())
+        try:
+            async with asyncio.timeout(self.claim_timeout_s):
+                if d.action is Action.DRAIN:
+                    grant = await agent.claims.claim_drain(self.rack, rack_wide, b)
+                    if grant.granted and rack_wide and not outcome.following:
+                        await agent.claims.put_cause(self.rack, d.domain.value)
+                else:
+                    grant = await agent.claims.claim_resume(self.rack, b)
+        except (EtcdError, TimeoutError) as err:
+            agent.mark_down(err)
+            return ""
+        return self._count(grant, d.action)
+
+    def _count(self, grant: Grant, action: Action) -> str:
+        if grant.granted:
+            self.claims_granted += 1
+            return ""
+        self.claims_refused += 1
+        if action is Action.DRAIN:
+            return f"drain withheld: {grant.why}"
+        return grant.why if grant.why.startswith("staggered") else f"staggered: {grant.why}"
+
+
+def _with_own(base: ClusterView, local: ClusterView, node: str, rack: str) -> ClusterView:
+    """The scheduler's view, with this node as its own ledger has it (fresher than a read)."""
+    out = {k: v for k, v in base.out.items() if k != node}
+    mine = local.out.get(node)
+    if mine is not None:
+        out[node] = replace(mine, rack=rack)
+    racks = dict(base.racks)
+    if node not in racks.get(rack, ()):
+        racks[rack] = (*racks.get(rack, ()), node)
+    trips = tuple(
+        sorted(
+            [
+                *(t for t in base.trips if t.node != node),
+                *(t for t in local.trips if t.node == node),
+            ],
+            key=lambda e: e.at,
+        )
+    )
+    resumes = tuple(
+        sorted(
+            [
+                *(r for r in base.resumes if r.node != node),
+                *(r for r in local.resumes if r.node == node),
+            ],
+            key=lambda e: e.at,
+        )
+    )
+    total = base.total_nodes
+    if total is not None and not any(node in ns for ns in base.racks.values()):
+        total += 1
+    return ClusterView(MappingProxyType(racks), MappingProxyType(out), trips, resumes, total)
+
+
+async def _quiet(job: object) -> None:
+    """A side job's failure is logged, never raised into the agent's tasks."""
+    assert asyncio.iscoroutine(job)
+    try:
+        await job
+    except EtcdError as err:
+        log.warning("etcd side job failed: %s", err)

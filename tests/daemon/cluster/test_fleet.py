@@ -1,0 +1,165 @@
+"""The fleet gate on a real etcd: the mirror, the breaker, causes, degraded mode and back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.sensors.nvml import NvmlAdapter
+from daemon.cluster.agent import EtcdAgent
+from daemon.cluster.etcd import EtcdClient
+from daemon.cluster.fleet import Fleet
+from daemon.service.engine import PolicyEngine
+from daemon.service.state import StateStore
+from fakes.etcd_server import EtcdServer
+from fakes.gpus import H100_SXM
+from fakes.nvml import fake_node
+from policies.model import (
+    REASON_PREFIX,
+    Action,
+    Assessment,
+    Condition,
+    Decision,
+    FaultDomain,
+    idempotency_key,
+)
+from policies.policy import Outcome
+from policies.rules import NodeState
+from policies.safety import BreakerState, ClusterView
+from policies.settings import PolicySettings
+from tests.support.wait import wait_until
+
+SETTINGS = PolicySettings(cluster_budget_nodes=1, cluster_budget_pct=0.0)
+
+
+def outcome(node: str, action: Action, domain: FaultDomain, *, critical: bool = False) -> Outcome:
+    d = Decision(
+        node, action, f"{REASON_PREFIX} test", domain, 0.0, idempotency_key(node, action, 1)
+    )
+    a = Assessment(node, domain, Condition.WARNING, 0.0)
+    return Outcome(NodeState(), a, (), None, d, critical=critical)
+
+
+@contextlib.asynccontextmanager
+async def fleet_agent(url: str, node: str, rack: str, prefix: str) -> AsyncIterator[Fleet]:
+    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=prefix, lease_ttl_s=3)
+    fleet = Fleet(node, rack, lambda: SETTINGS, etcd=agent, claim_timeout_s=0.5)
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_until(lambda: agent.up, timeout=10, what=f"{node} joined etcd")
+        yield fleet
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await agent.close()
+
+
+def local(node: str) -> ClusterView:
+    return ClusterView({"a": (node,)})
+
+
+async def test_a_rack_wide_drain_is_seen_by_the_rack_at_once(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with (
+        fleet_agent(etcd_server.url, "a1", "a", prefix) as lead,
+        fleet_agent(etcd_server.url, "a2", "a", prefix) as peer,
+    ):
+        assert await lead.admit(outcome("a1", Action.DRAIN, FaultDomain.COOLING_LOOP)) == ""
+        await wait_until(
+            lambda: "a1" in peer.view(local("a2"), time.monotonic()).out,
+            what="the peer's cause mirrored",
+        )
+        seen = peer.view(local("a2"), time.monotonic()).out["a1"]
+        assert (seen.rack, seen.domain, seen.following) == ("a", FaultDomain.COOLING_LOOP, "")
+        # The cluster budget (1) is taken: the peer's own predictive drain is refused.
+        why = await peer.admit(outcome("a2", Action.DRAIN, FaultDomain.GPU))
+        assert why.startswith("drain withheld: cluster budget exhausted (1/1"), why
+        # A critical exclusion never waits for a claim.
+        assert await peer.admit(outcome("a2", Action.EXCLUDE, FaultDomain.GPU, critical=True)) == ""
+        # The lead resumes: its slot and cause go, and the peer sees that too.
+        assert await lead.admit(outcome("a1", Action.RESUME, FaultDomain.NONE)) == ""
+        await wait_until(
+            lambda: "a1" not in peer.view(local("a2"), time.monotonic()).out,
+            what="the cause gone from the peer's view",
+        )
+        assert peer.claims_refused == 1 and lead.claims_granted == 2
+
+
+async def test_the_breaker_is_fleet_wide_and_one_reset_closes_it(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with (
+        fleet_agent(etcd_server.url, "a1", "a", prefix) as one,
+        fleet_agent(etcd_server.url, "b1", "b", prefix) as two,
+    ):
+        assert one.etcd is not None
+        await one.etcd.claims.open_breaker(9)
+        await wait_until(lambda: two.breaker(BreakerState(), time.monotonic()).open, what="open")
+        assert two.breaker(BreakerState(), time.monotonic()).trips == 9
+        why = await two.admit(outcome("b1", Action.DRAIN, FaultDomain.GPU))
+        assert "storm breaker open fleet-wide (9 trips, opened by a1)" in why
+        one.reset_storm()  # what POST /v1/overrides reset_storm does on one agent
+        opened = BreakerState(1.0, 9)
+        await wait_until(lambda: not two.breaker(opened, time.monotonic()).open, what="closed")
+
+
+async def test_etcd_away_degrades_without_blocking_and_recovers(prefix: str) -> None:
+    server = EtcdServer()
+    server.start()
+    try:
+        async with fleet_agent(server.url, "a1", "a", prefix) as fleet:
+            assert fleet.etcd is not None and not fleet.degraded
+            server.stop()
+            # The next claim finds it away: the drain goes ahead on the scheduler view.
+            started = time.monotonic()
+            assert await fleet.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
+            assert time.monotonic() - started < 5.0  # bounded by the claim timeout, no hang
+            await wait_until(lambda: fleet.degraded, timeout=10, what="degraded")
+            assert fleet.status()["degraded"] is True and fleet.etcd.failures >= 1
+            assert (
+                await fleet.admit(outcome("a1", Action.EXCLUDE, FaultDomain.GPU, critical=True))
+                == ""
+            )
+            server.start()
+            await wait_until(lambda: not fleet.degraded, timeout=15, what="recovered")
+            assert await fleet.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("refuse", ["drain withheld: cluster budget exhausted", ""])
+async def test_a_refused_claim_leaves_the_policy_as_if_nothing_was_decided(refuse: str) -> None:
+    class Gate:
+        asked = 0
+
+        def breaker(self, current: BreakerState, now: float) -> BreakerState:
+            return current
+
+        async def admit(self, o: Outcome) -> str:
+            Gate.asked += 1
+            return refuse
+
+    nvml = fake_node(H100_SXM, count=2)
+    for g in nvml.gpus:
+        g.temperature_c = 88.0  # within the enter margin of slowdown: a drain
+    store = StateStore()
+    adapter = NvmlAdapter("gpus", nvml)
+    await adapter.connect()
+    store.update("gpus", await adapter.read())
+    await adapter.close()
+    decided: list[Decision] = []
+    engine = PolicyEngine("n1", PolicySettings(min_dwell_s=0.0), store, decided.append)
+    engine.gate = Gate()
+    out = await engine.step(time.monotonic(), time.time())
+    assert Gate.asked == 1
+    if refuse:
+        assert out.decision is None and out.note == refuse and not decided
+        assert engine.state.action is Action.RESUME  # rolled back: asked again next time
+    else:
+        assert out.decision is not None and decided and engine.state.action is Action.DRAIN
