@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import orjson
 import pynvml
 
 from fakes.gpus import FakeGpu, make_gpus
@@ -35,6 +39,28 @@ def apply_node(snapshot: NodeSnapshot, gpus: list[FakeGpu]) -> None:
             del fake.errors[TEMPERATURE_CALL]
         if gs.lost:
             fake.lost = True
+
+
+def write_feed(snapshot: NodeSnapshot, path: Path, gpu0_c: float | None = None) -> None:
+    """Write a node's GPU state for fakes/nvml_fed.py in another process (atomic replace).
+
+    ``gpu0_c`` forces GPU 0's temperature (a false trigger: one bad sensor).
+    """
+    gpus = [
+        {
+            "t": gpu0_c if gpu0_c is not None and g.index == 0 else g.temperature_c,
+            "m": g.memory_temperature_c,
+            "p": g.power_w,
+            "pl": g.power_limit_w,
+            "c": g.clock_event_reasons,
+            "dropped": g.dropped_out,
+            "lost": g.lost,
+        }
+        for g in snapshot.gpus
+    ]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps({"gpus": gpus}))
+    os.replace(tmp, path)
 
 
 class SimulatedRack:
