@@ -9,6 +9,7 @@ from bench import (
     agent_cost,
     api_rps,
     delivery_latency,
+    fleet_cost,
     opcua_cost,
     replay_speed,
     scoring,
@@ -26,7 +27,9 @@ def main() -> None:
         "--only",
         default="",
         help="comma-separated subset of: "
-        + ", ".join(("agent", "delivery", "storage", "opcua", "snmp", "api", "scoring", "replay")),
+        + ", ".join(
+            ("agent", "delivery", "storage", "opcua", "snmp", "api", "scoring", "replay", "fleet")
+        ),
     )
     args = p.parse_args()
     benches: dict[str, Callable[[], list[Row]]] = {
@@ -38,6 +41,7 @@ def main() -> None:
         "api": api_rps.measure,
         "scoring": scoring.measure,
         "replay": replay_speed.measure,
+        "fleet": fleet_cost.measure,
     }
     wanted = [w for w in args.only.split(",") if w] or list(benches)
     unknown = set(wanted) - set(benches)
