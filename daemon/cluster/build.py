@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -13,9 +13,33 @@ from adapters.schedulers.listing import NodeLister
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.fleet import Fleet
+from daemon.cluster.leader import Feed, RackLeader
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.config import Config
 from daemon.service.engine import PolicyEngine
+from daemon.service.runner import SourceRunner
+
+
+def rack_sources(config: Config) -> set[str]:
+    """The sources that watch the rack (PDU over SNMP, cooling unit over OPC-UA), not the node."""
+    return {name for name, src in config.sources.items() if src.type != "nvml"}
+
+
+def build_leader(
+    fleet: Fleet | None,
+    config: Callable[[], Config],
+    runners: Callable[[], list[SourceRunner]],
+    feed: Feed,
+) -> RackLeader | None:
+    """With etcd and rack sources, one agent per rack polls them (None: each polls its own)."""
+    if fleet is None or fleet.etcd is None or not rack_sources(config()):
+        return None
+    return RackLeader(
+        fleet.etcd,
+        fleet.rack,
+        lambda: [r for r in runners() if r.name in rack_sources(config())],
+        feed,
+    )
 
 
 def build_fleet(
@@ -55,9 +79,11 @@ def build_fleet(
     return fleet
 
 
-async def run_fleet(fleet: Fleet) -> None:
-    """The scheduler reads and the etcd agent, until cancelled."""
+async def run_fleet(fleet: Fleet, leader: RackLeader | None = None) -> None:
+    """The scheduler reads, the etcd agent and the rack leader, until cancelled."""
     async with asyncio.TaskGroup() as tg:
+        if leader is not None:
+            tg.create_task(leader.run(), name="rack-leader")
         if fleet.scheduler is not None:
             tg.create_task(fleet.scheduler.run(), name="cluster-view")
         if fleet.etcd is not None:

@@ -20,7 +20,7 @@ from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from adapters.schedulers.kubernetes import KubeAuthError
-from daemon.cluster.build import FleetCollector, build_fleet, run_fleet
+from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.config import Config, ConfigError, load_config, read_secret
 from daemon.config.policy import policy_settings
 from daemon.delivery.deliverer import Deliverer
@@ -131,6 +131,9 @@ class Daemon:
         self.fleet = build_fleet(config, sink, self.engine, self._rng)
         if self.fleet is not None:
             self.metrics.registry.register(FleetCollector(self.fleet))
+        self.leader = build_leader(
+            self.fleet, lambda: self.config, lambda: self.runners, self._on_readings
+        )
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
         self.overrides = OverrideStore(self.decisions)
@@ -161,6 +164,8 @@ class Daemon:
 
     def _on_readings(self, source: str, readings: Sequence[Reading]) -> None:
         self.store.update(source, readings)
+        if self.leader is not None:
+            self.leader.on_readings(source, readings)
         if self.recorder is not None:
             self.recorder.record(source, readings)
 
@@ -251,7 +256,7 @@ class Daemon:
                     tg.create_task(self.deliverer.run(), name="delivery")
                     tg.create_task(self.decisions.run(), name="storage")
                     if self.fleet is not None:
-                        tg.create_task(run_fleet(self.fleet), name="fleet")
+                        tg.create_task(run_fleet(self.fleet, self.leader), name="fleet")
                     if self.reconciler is not None:
                         tg.create_task(self.reconciler.run(), name="reconcile")
                     tg.create_task(self._mark_ready(), name="ready")
@@ -271,6 +276,8 @@ class Daemon:
 
     def _start_runner(self, runner: SourceRunner) -> None:
         assert self._tg is not None
+        if self.leader is not None and self.leader.owns(runner):
+            return  # the rack leader runs it, or reads it from the rack's leader
         self._runner_tasks[runner.name] = self._tg.create_task(
             runner.run(), name=f"source:{runner.name}"
         )
