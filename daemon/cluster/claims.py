@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from daemon.cluster.etcd import EtcdClient, Kv, absent, delete_op, put_op, range_op
+from daemon.cluster.etcd import EtcdClient, EtcdError, Kv, absent, delete_op, put_op, range_op
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +66,19 @@ class Claims:
         _, responses = await self.etcd.txn([], [range_op(self.p + x) for x in prefixes])
         out = []
         for r in responses:
-            kvs = (r.get("response_range") or {}).get("kvs") or []
+            ranged = r.get("response_range") if isinstance(r, dict) else None
+            kvs = ranged.get("kvs") or [] if isinstance(ranged, dict) else []
             out.append([Kv.from_json(kv) for kv in kvs])
+        if len(out) != len(prefixes):
+            raise EtcdError(f"txn of {len(prefixes)} ranges answered {len(out)}")
         return out
 
-    async def claim_drain(self, rack: str, rack_wide: bool, b: Budgets) -> Grant:
-        """A predictive drain's slot (and its trip); refused when the budget or storm is full."""
+    async def claim_drain(self, rack: str, rack_wide: bool, b: Budgets, cause: str = "") -> Grant:
+        """A predictive drain's slot (and its trip); refused when the budget or storm is full.
+
+        ``cause``: the rack-wide domain this node leads with; its cause key is written
+        in the same transaction, so the rack sees slot and cause together.
+        """
         for _ in range(self.ATTEMPTS):
             drains, trips, breaker = await self._snapshot("drain/", "trip/", "breaker")
             if breaker:
@@ -102,6 +109,9 @@ class Claims:
             trip_lease = await self.etcd.grant(math.ceil(b.storm_window_s))
             compare.append(absent(self.key("trip", trip)))
             ops.append(put_op(self.key("trip", trip), self.node, trip_lease))
+            if cause:
+                body = orjson.dumps({"domain": cause})
+                ops.append(put_op(self.key("cause", rack, self.node), body, self.lease))
             ok, _ = await self.etcd.txn(compare, ops)
             if ok:
                 return Grant(True)

@@ -62,15 +62,19 @@ class Kv:
     lease: int
 
     @classmethod
-    def from_json(cls, kv: Mapping[str, Any]) -> Kv:
-        """From a gateway ``kvs`` entry."""
-        return cls(
-            unb64(str(kv.get("key", ""))).decode(errors="replace"),
-            unb64(str(kv.get("value", ""))),
-            int(kv.get("create_revision", 0)),
-            int(kv.get("mod_revision", 0)),
-            int(kv.get("lease", 0)),
-        )
+    def from_json(cls, kv: object) -> Kv:
+        """From a gateway ``kvs`` entry; EtcdError when it is not one."""
+        try:
+            assert isinstance(kv, Mapping)
+            return cls(
+                unb64(str(kv.get("key", ""))).decode(errors="replace"),
+                unb64(str(kv.get("value", ""))),
+                int(kv.get("create_revision", 0)),
+                int(kv.get("mod_revision", 0)),
+                int(kv.get("lease", 0)),
+            )
+        except (AssertionError, ValueError, TypeError) as err:  # binascii.Error is a ValueError
+            raise EtcdError(f"not an etcd key-value: {str(kv)[:200]}") from err
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +160,19 @@ class EtcdClient:
     async def grant(self, ttl_s: int) -> int:
         """A new lease of ``ttl_s`` seconds; its ID."""
         body = await self.call("/v3/lease/grant", {"TTL": str(ttl_s)})
-        return int(body["ID"])
+        try:
+            return int(body["ID"])
+        except (KeyError, ValueError, TypeError) as err:
+            raise EtcdError(f"lease grant: no ID in {str(body)[:200]}") from err
 
     async def keepalive(self, lease: int) -> int:
         """Refresh a lease once; its remaining TTL (0 or less: it has expired)."""
         body = await self.call("/v3/lease/keepalive", {"ID": str(lease)})
         result = body.get("result", body)
-        return int(result.get("TTL", 0))
+        try:
+            return int(result.get("TTL", 0))
+        except (AttributeError, ValueError, TypeError) as err:
+            raise EtcdError(f"lease keepalive: {str(body)[:200]}") from err
 
     async def revoke(self, lease: int) -> None:
         """End a lease now: every key bound to it goes."""
@@ -222,6 +232,8 @@ class EtcdClient:
                         continue
                     msg = orjson.loads(line)
                     result = msg.get("result", {}) if isinstance(msg, dict) else {}
+                    if not isinstance(result, dict):
+                        raise EtcdError(f"{url}: watch sent {str(msg)[:200]}")
                     if result.get("canceled") or result.get("compact_revision"):
                         raise EtcdUnavailable(
                             f"{url}: watch cancelled ({result.get('cancel_reason', 'compacted')})"
@@ -242,4 +254,7 @@ class EtcdClient:
 
 def _revision(body: Mapping[str, Any]) -> int:
     header = body.get("header") or {}
-    return int(header.get("revision", 0))
+    try:
+        return int(header.get("revision", 0))
+    except (AttributeError, ValueError, TypeError) as err:
+        raise EtcdError(f"no revision in {str(body)[:200]}") from err

@@ -112,11 +112,16 @@ class Fleet:
                 continue
             since = self.etcd.seen_at.get(kv.key, now)
             out[parts[1]] = OutOfService(parts[1], parts[0], Action.DRAIN, domain, since)
+        rack_of = {}
+        for kv in self.etcd.under("drain", "rack", ""):
+            parts = kv.key.removeprefix(self.etcd.claims.key("drain", "rack", "")).split("/")
+            rack_of[kv.value.decode(errors="replace")] = parts[0]
         for kv in self.etcd.under("drain", "cluster", ""):
             holder = kv.value.decode(errors="replace")
             if holder not in out and holder != self.node:
                 since = self.etcd.seen_at.get(kv.key, now)
-                out[holder] = OutOfService(holder, "", Action.DRAIN, FaultDomain.NONE, since)
+                rack = rack_of.get(holder, "")
+                out[holder] = OutOfService(holder, rack, Action.DRAIN, FaultDomain.NONE, since)
         # The storm is counted in etcd (trip slots, the breaker key): no local trips.
         return replace(base, out=MappingProxyType(out), trips=())
 
@@ -175,9 +180,9 @@ class Fleet:
         try:
             async with asyncio.timeout(self.claim_timeout_s):
                 if d.action is Action.DRAIN:
-                    grant = await agent.claims.claim_drain(self.rack, rack_wide, b)
-                    if grant.granted and rack_wide and not outcome.following:
-                        await agent.claims.put_cause(self.rack, d.domain.value)
+                    lead = rack_wide and not outcome.following
+                    cause = d.domain.value if lead else ""
+                    grant = await agent.claims.claim_drain(self.rack, rack_wide, b, cause)
                 else:
                     grant = await agent.claims.claim_resume(self.rack, b)
         except (EtcdError, TimeoutError) as err:

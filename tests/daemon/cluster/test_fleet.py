@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
 
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.cluster.agent import EtcdAgent
@@ -163,3 +164,41 @@ async def test_a_refused_claim_leaves_the_policy_as_if_nothing_was_decided(refus
         assert engine.state.action is Action.RESUME  # rolled back: asked again next time
     else:
         assert out.decision is not None and decided and engine.state.action is Action.DRAIN
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b'{"header": {"revision": "x"}}',  # not a number
+        b'{"kvs": [{"key": "%%%not-base64"}], "header": {}}',
+        b'{"responses": "nope", "succeeded": true}',
+        b"<html>proxy error</html>",
+        b'{"ID": null}',
+    ],
+)
+async def test_a_hostile_gateway_degrades_the_agent_never_crashes_it(answer: bytes) -> None:
+    async def junk(request: web.Request) -> web.Response:
+        return web.Response(body=answer, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", junk)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), "a1", lease_ttl_s=3)
+    fleet = Fleet("a1", "a", lambda: SETTINGS, etcd=agent, claim_timeout_s=0.5)
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_until(lambda: agent.failures >= 1, timeout=10, what="found unusable")
+        assert not task.done() and fleet.degraded
+        agent.up = True  # even when it once looked fine, a claim on junk falls back
+        assert await fleet.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
+        assert fleet.degraded
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await agent.close()
+        await runner.cleanup()
