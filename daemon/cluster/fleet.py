@@ -32,6 +32,7 @@ from policies.safety import (
     RACK_DOMAINS,
     BreakerState,
     ClusterView,
+    Event,
     OutOfService,
     budget,
     storm_threshold,
@@ -75,7 +76,8 @@ class Fleet:
         """Configured coordination is not working now (etcd away, or the scheduler unread)."""
         if self.etcd is not None and not self.etcd.up:
             return True
-        return self.scheduler is not None and not self.scheduler.healthy
+        s = self.scheduler
+        return s is not None and s.failures > 0 and not s.healthy  # not before the first try
 
     def status(self) -> dict[str, object]:
         """For /readyz and /v1/state."""
@@ -122,8 +124,15 @@ class Fleet:
                 since = self.etcd.seen_at.get(kv.key, now)
                 rack = rack_of.get(holder, "")
                 out[holder] = OutOfService(holder, rack, Action.DRAIN, FaultDomain.NONE, since)
+        # Resume slots held now are recent resumes: a waiting node withholds on its own.
+        resumes = list(base.resumes)
+        for kv in self.etcd.under("resume", ""):
+            holder = kv.value.decode(errors="replace")
+            rack = kv.key.removeprefix(self.etcd.claims.key("resume", "")).split("/")[0]
+            if holder != self.node and all(r.node != holder for r in base.resumes):
+                resumes.append(Event(holder, rack, self.etcd.seen_at.get(kv.key, now)))
         # The storm is counted in etcd (trip slots, the breaker key): no local trips.
-        return replace(base, out=MappingProxyType(out), trips=())
+        return replace(base, out=MappingProxyType(out), trips=(), resumes=tuple(resumes))
 
     def breaker(self, current: BreakerState, now: float) -> BreakerState:
         """With etcd up, the breaker is the fleet's key; otherwise this agent's own."""
