@@ -18,6 +18,7 @@ class Quality(enum.Enum):
     GOOD = "good"
     UNCERTAIN = "uncertain"
     BAD = "bad"
+    ABSENT = "absent"  # not fitted / not on the device: neither a fault nor evidence
 
 
 class SensorKind(enum.StrEnum):
@@ -72,9 +73,12 @@ class Reading:
     server_ts: float | None = None
 
     def __post_init__(self) -> None:
-        if self.quality is Quality.BAD and self.value is not None:
-            raise ValueError(f"{self.sensor}: a BAD reading must not carry a value")
-        if self.quality is not Quality.BAD and self.value is None:
+        no_value = self.quality is Quality.BAD or self.quality is Quality.ABSENT
+        if no_value and self.value is not None:
+            raise ValueError(
+                f"{self.sensor}: a {self.quality.value} reading must not carry a value"
+            )
+        if not no_value and self.value is None:
             raise ValueError(f"{self.sensor}: a {self.quality.value} reading needs a value")
         if self.value is not None and not math.isfinite(self.value):
             # NaN compares false with everything: a NaN margin would pass every check.

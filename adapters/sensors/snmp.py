@@ -12,6 +12,7 @@ exceptions, wrong types, sentinels, out of range) become BAD readings with the r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -35,6 +36,7 @@ from adapters.sensors.snmp_profiles import (
     Profile,
     ProfileError,
     SensorSpec,
+    StatusSpec,
     TableSpec,
     class_word,
     load_profile_file,
@@ -53,6 +55,8 @@ SYS_OBJECT_ID: OidTuple = (1, 3, 6, 1, 2, 1, 1, 2, 0)
 _TOO_BIG_VALUE = Missing("tooBig: the agent cannot return this value")
 _MAX_ROWS = 5000  # a walk that never ends (a broken agent) stops here
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")  # "/" would clash with Reading.key
+# What an agent answers for an OID it does not implement (RFC 3416).
+_NOT_ON_DEVICE = frozenset({"noSuchObject", "noSuchInstance", "endOfMibView"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,14 @@ class _Point:
     unit: str
     labels: Mapping[str, str]
     conv: Conversion | str  # a str: the scale could not be read, every reading is BAD
+    status: StatusSpec | None = None
+    status_oid: OidTuple | None = None
+    absent: str = ""  # why the device lacks this OID (found at connect); "" when polled
+
+    @property
+    def oids(self) -> list[OidTuple]:
+        """What a poll GETs for this point: the value, then its status column if any."""
+        return [self.oid] if self.status_oid is None else [self.oid, self.status_oid]
 
 
 def _safe(value: str) -> str:
@@ -99,6 +111,9 @@ class SnmpAdapter:
         self._batches: list[tuple[list[_Point], Prepared]] = []
         self._max_varbinds = self._opt.max_varbinds
         self._connected = False
+        self._logged_profile = ""
+        self._logged_absent: frozenset[str] = frozenset()
+        self.notes: list[str] = []  # what an operator should know after connect (for probe)
 
     # --- connect ----------------------------------------------------------------------
 
@@ -121,20 +136,37 @@ class SnmpAdapter:
                     f" (sysObjectID {self.sys_object_id or '(none)'}, {self.sys_descr[:60]!r});"
                     " set `profile` in the source's config or write one (docs/pdu-profiles.md)"
                 )
-            self._points = _unique_ids(points)
+            self._points = await self._mark_absent(_unique_ids(points))
             self._rebatch()
             self._connected = True
         except BaseException:
             await self._client.close()
             raise
-        log.debug(
-            "%s: %s matched profile %s; %d sensors in %d requests",
-            self.name,
-            self.sys_object_id or "(no sysObjectID)",
-            profile.id,
-            len(self._points),
-            len(self._batches),
+        self._log_connect(profile)
+
+    def _log_connect(self, profile: Profile) -> None:
+        """Which profile serves this device, and which sensors it lacks: once, and on change."""
+        origin = "site profile" if profile.site else "shipped profile"
+        verified = profile.verified_with or "nothing: written from the MIB, not yet verified"
+        served = (
+            f"{self.name}: {origin} {profile.id} ({profile.path}) serves"
+            f" sysObjectID {self.sys_object_id or '(none)'} ({self.sys_descr[:60]!r});"
+            f" verified with {verified}"
         )
+        if served != self._logged_profile:
+            log.info("%s; %d sensors", served, len(self._points))
+            self._logged_profile = served
+        absent = frozenset(p.sensor for p in self._points if p.absent)
+        self.notes = [served]
+        if absent:
+            self.notes.append(
+                f"{len(absent)} sensor(s) of the profile are not on this device and are not"
+                f" polled: {', '.join(sorted(absent))}"
+            )
+        if absent != self._logged_absent:
+            if absent:
+                log.info("%s: %s", self.name, self.notes[-1])
+            self._logged_absent = absent
 
     def _load_profiles(self) -> list[Profile]:
         if self._profiles is None:
@@ -189,9 +221,16 @@ class SnmpAdapter:
         for key, tmpl in spec.labels.items():
             labels[key] = render(tmpl, values).strip()
         probe = labels.get("probe")
-        if probe is not None and probe in self._opt.probe_positions:
-            labels["probe"] = self._opt.probe_positions[probe]
+        if probe is not None:
+            # The device's own name ("A1") or the row index ("1.1"), whichever is configured.
+            positions = self._opt.probe_positions
+            position = positions.get(probe) or positions.get(values.get("index", ""))
+            if position:
+                labels["probe"] = position
         id_values = {k: _safe(v) for k, v in {**values, **labels}.items()}
+        status_oid = None
+        if spec.status is not None:
+            status_oid = oid_tuple(spec.status.column) + (oid[len(oid_tuple(spec.value)) :])
         return _Point(
             oid=oid,
             sensor=render(spec.id, id_values),
@@ -199,7 +238,30 @@ class SnmpAdapter:
             unit=spec.unit,
             labels=types.MappingProxyType(labels),
             conv=conversion(spec, fields),
+            status=spec.status,
+            status_oid=status_oid,
         )
+
+    async def _mark_absent(self, points: list[_Point]) -> list[_Point]:
+        """Points whose OID the device does not implement, found by one GET at connect.
+
+        A Sentry3 without infeedPower answers noSuchInstance on every poll: such a
+        column is absent (reported as ABSENT, not polled), not a fault each time.
+        """
+        values = iter(await self._get_raw([o for p in points for o in p.oids]))
+        out = []
+        for point in points:
+            got = decode(next(values))
+            state = decode(next(values)) if point.status_oid is not None else None
+            if isinstance(got, Missing) and got.reason in _NOT_ON_DEVICE:
+                reason = f"not on this device ({got.reason} at connect)"
+                out.append(dataclasses.replace(point, absent=reason))
+            elif isinstance(state, Missing) and state.reason in _NOT_ON_DEVICE:
+                # An older firmware without the status column: the value alone decides.
+                out.append(dataclasses.replace(point, status=None, status_oid=None))
+            else:
+                out.append(point)
+        return out
 
     async def _discover(self, table: TableSpec) -> list[_Point]:
         walk = oid_tuple(table.walk)
@@ -278,21 +340,36 @@ class SnmpAdapter:
         return rows
 
     async def _get_texts(self, oids: Sequence[OidTuple]) -> list[str]:
-        out: list[str] = []
+        return [text(v) for v in await self._get_raw(oids)]
+
+    async def _get_raw(self, oids: Sequence[OidTuple]) -> list[Any]:
+        out: list[Any] = []
         size = self._max_varbinds
         for i in range(0, len(oids), size):
             chunk = oids[i : i + size]
-            out.extend(text(v) for v in await self._get_split(self._client.prepare_get(chunk)))
+            out.extend(await self._get_split(self._client.prepare_get(chunk)))
         return out
 
     # --- poll -------------------------------------------------------------------------
 
     def _rebatch(self) -> None:
+        """Polled points in requests of at most max_varbinds OIDs (a status column counts)."""
         size = self._max_varbinds
         self._batches = []
-        for i in range(0, len(self._points), size):
-            chunk = self._points[i : i + size]
-            self._batches.append((chunk, self._client.prepare_get([p.oid for p in chunk])))
+        chunk: list[_Point] = []
+        count = 0
+        for point in (p for p in self._points if not p.absent):
+            n = len(point.oids)
+            if chunk and count + n > size:
+                self._batches.append(self._prepared(chunk))
+                chunk, count = [], 0
+            chunk.append(point)
+            count += n
+        if chunk:
+            self._batches.append(self._prepared(chunk))
+
+    def _prepared(self, chunk: list[_Point]) -> tuple[list[_Point], Prepared]:
+        return chunk, self._client.prepare_get([o for p in chunk for o in p.oids])
 
     async def _get_split(self, request: Prepared) -> list[Any]:
         """GET, halving the request on tooBig; a single OID that is tooBig is Missing."""
@@ -323,6 +400,14 @@ class SnmpAdapter:
                 for points, request in self._batches:
                     values = await self._get_split(request)
                     self._emit(out, points, values, mono, wall)
+            for p in self._points:
+                if p.absent:
+                    out.append(
+                        Reading(
+                            self.name, p.sensor, p.kind, None, p.unit, Quality.ABSENT,
+                            mono, wall, reason=p.absent, labels=p.labels,
+                        )
+                    )  # fmt: skip
         except TimeoutError as err:
             raise SourceUnavailable(
                 f"{self.name}: poll did not finish within {self._opt.poll_deadline_s:g}s"
@@ -340,14 +425,23 @@ class SnmpAdapter:
         mono: float,
         wall: float,
     ) -> None:
-        if len(values) != len(points):
+        wanted = sum(len(p.oids) for p in points)
+        if len(values) != wanted:
             raise SourceBadData(
-                f"{self.name}: agent answered {len(values)} values for {len(points)} OIDs"
+                f"{self.name}: agent answered {len(values)} values for {wanted} OIDs"
             )
         source = self.name
-        for point, raw in zip(points, values, strict=True):
+        k = 0
+        for point in points:
+            raw = values[k]
+            k += 1
             conv = point.conv
             result = conv.apply(decode(raw)) if isinstance(conv, Conversion) else conv
+            if point.status is not None:
+                state = decode(values[k])
+                k += 1
+                if isinstance(result, float):
+                    result = _status_problem(point.status, state) or result
             if isinstance(result, float):
                 out.append(
                     Reading(
@@ -377,6 +471,15 @@ class SnmpAdapter:
         return [p.sensor for p in self._points]
 
 
+def _status_problem(status: StatusSpec, state: object) -> str:
+    """Why the status column makes the value unusable; "" when its state is a good one."""
+    if isinstance(state, Missing):
+        return f"status column unreadable: {state.reason}"
+    if not isinstance(state, int):
+        return "status column is not an integer"
+    return "" if state in status.good else status.reason(state)
+
+
 def _matches(
     patterns: Mapping[str, re.Pattern[str]], fields: Mapping[str, str], *, partial: bool
 ) -> bool:
@@ -401,7 +504,7 @@ def _unique_ids(points: list[_Point]) -> list[_Point]:
     for p in points:
         if counts[p.sensor] > 1:
             suffix = ".".join(map(str, p.oid[-2:]))
-            out.append(_Point(p.oid, f"{p.sensor}@{suffix}", p.kind, p.unit, p.labels, p.conv))
+            out.append(dataclasses.replace(p, sensor=f"{p.sensor}@{suffix}"))
         else:
             out.append(p)
     return out

@@ -8,6 +8,8 @@ operator's guide to the format; the shipped profiles live in profiles/*.toml.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 import tomllib
 from collections.abc import Mapping
@@ -16,7 +18,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from adapters.sensors.plausible import plausible_range
 from policies.model import SensorKind
+
+log = logging.getLogger(__name__)
 
 _OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 _TEMPLATE_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -42,14 +47,9 @@ DEFAULT_UNITS: Mapping[SensorKind, str] = {
     SensorKind.ENERGY: "kilowatt_hours",
     SensorKind.COOLANT_FLOW: "liters_per_minute",
 }
-# Sane range per unit when a profile names none: outside it a value is BAD.
-DEFAULT_RANGES: Mapping[str, tuple[float, float]] = {
-    "celsius": (-60.0, 200.0),
-    "percent": (0.0, 100.0),
-    "watts": (0.0, 1_000_000.0),
-    "amperes": (0.0, 10_000.0),
-    "volts": (0.0, 1_000.0),
-    "liters_per_minute": (0.0, 100_000.0),
+# Units a profile may name that are converted on read: value -> (rackguard's unit, transform).
+CONVERTED_UNITS: Mapping[str, tuple[str, str]] = {
+    "fahrenheit": ("celsius", "fahrenheit_to_celsius")
 }
 # The short word for a kind, usable as {class} in sensor id templates.
 _CLASS_WORDS: Mapping[SensorKind, str] = {
@@ -78,6 +78,20 @@ class Scale:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusSpec:
+    """A per-row status column polled with the value: other than a good state, the value is BAD."""
+
+    column: str  # column OID (table; the row index is appended) or the OID (scalar)
+    good: frozenset[int]
+    names: Mapping[int, str] = field(default_factory=dict)  # state -> the MIB's name
+
+    def reason(self, state: int) -> str:
+        """Why a reading in this state is BAD."""
+        name = self.names.get(state)
+        return f"device reports status {name} ({state})" if name else f"device status {state}"
+
+
+@dataclass(frozen=True, slots=True)
 class SensorSpec:
     """How one value OID (scalar) or value column (table) becomes a Reading."""
 
@@ -95,6 +109,7 @@ class SensorSpec:
     high: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # values are templates
     match: Mapping[str, re.Pattern[str]] = field(default_factory=dict)  # field -> regex
+    status: StatusSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +139,7 @@ class Profile:
     fallback: bool = False  # used when no other profile matches
     verified_with: str = ""
     path: str = ""
+    site: bool = False  # from the source's profile_dir (wins over a shipped profile)
 
     def matches(self, sys_object_id: tuple[int, ...]) -> int:
         """Length of the longest matching prefix, 0 when none matches."""
@@ -152,11 +168,20 @@ def render(template: str, values: Mapping[str, str]) -> str:
 class _Reader:
     """Typed access to one TOML table, naming the key path in every error."""
 
-    def __init__(self, data: Mapping[str, Any], where: str, source: str) -> None:
+    def __init__(
+        self, data: Mapping[str, Any], where: str, source: str, allowed: frozenset[str]
+    ) -> None:
         self.data = data
         self.where = where
         self.source = source
         self.used: set[str] = set()
+        # A mistyped key ("field" for "fields") is reported as itself, before the
+        # table's other checks can blame something the typo left missing.
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise self.fail(
+                unknown[0], f"unknown key (known keys here: {', '.join(sorted(allowed))})"
+            )
 
     def fail(self, key: str, message: str) -> ProfileError:
         path = f"{self.where}.{key}" if self.where else key
@@ -211,6 +236,38 @@ class _Reader:
             raise self.fail(unknown[0], "unknown key")
 
 
+_SENSOR_KEYS = frozenset(
+    {"id", "kind", "unit", "divisor", "multiplier", "offset", "scale", "transform", "sentinels"}
+    | {"min", "max", "labels", "match", "status"}
+)
+_SCALE_KEYS = frozenset({"field", "mode"})
+_STATUS_KEYS = frozenset({"oid", "column", "good", "names"})
+_TABLE_KEYS = frozenset({"id", "walk", "fields", "constants", "where", "sensor"})
+_PROFILE_KEYS = frozenset(
+    {"id", "vendor", "model", "match", "sensor", "table", "max_repetitions", "max_varbinds"}
+    | {"fallback", "verified_with"}
+)
+
+
+def _status(r: _Reader, key: str) -> StatusSpec | None:
+    raw = r.get("status", dict, None)
+    if raw is None:
+        return None
+    sr = _Reader(raw, f"{r.where}.status", r.source, _STATUS_KEYS)
+    column = sr.oid(key)
+    good = sr.get("good", list)
+    if not good or not all(isinstance(g, int) and not isinstance(g, bool) for g in good):
+        raise sr.fail("good", "must list the integer states in which the value is usable")
+    names: dict[int, str] = {}
+    for state, name in sr.str_map("names").items():
+        try:
+            names[int(state)] = name
+        except ValueError:
+            raise sr.fail(f"names.{state}", "keys must be integer states") from None
+    sr.done()
+    return StatusSpec(column, frozenset(good), names)
+
+
 def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
     kind_text = r.get("kind", str)
     try:
@@ -221,22 +278,27 @@ def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
     unit = r.get("unit", str, DEFAULT_UNITS.get(kind, ""))
     if not unit:
         raise r.fail("unit", f"required for kind {kind.value!r}")
-    low_default, high_default = DEFAULT_RANGES.get(unit, (None, None))
-    if kind not in (SensorKind.HUMIDITY,) and unit == "percent":
-        low_default, high_default = None, None
+    transform = r.get("transform", str, "")
+    if transform and transform not in TRANSFORMS:
+        raise r.fail("transform", f"must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
+    if unit in CONVERTED_UNITS:  # e.g. unit = "fahrenheit": reported in celsius
+        unit, implied = CONVERTED_UNITS[unit]
+        if transform and transform != implied:
+            raise r.fail("transform", f"contradicts the unit (which implies {implied!r})")
+        transform = implied
+    if transform == "fahrenheit_to_celsius" and unit != "celsius":
+        raise r.fail("unit", f"must be celsius (or fahrenheit) with {transform}, got {unit!r}")
+    low_default, high_default = plausible_range(kind, unit) or (None, None)
     scales: list[Scale] = []
     for i, item in enumerate(r.get("scale", list, [])):
         if not isinstance(item, dict):
             raise r.fail(f"scale[{i}]", "must be a table {field = ..., mode = ...}")
-        sr = _Reader(item, f"{r.where}.scale[{i}]", r.source)
+        sr = _Reader(item, f"{r.where}.scale[{i}]", r.source, _SCALE_KEYS)
         mode = sr.get("mode", str)
         if mode not in SCALE_MODES:
             raise sr.fail("mode", f"must be one of {', '.join(SCALE_MODES)}, got {mode!r}")
         scales.append(Scale(sr.get("field", str), mode))
         sr.done()
-    transform = r.get("transform", str, "")
-    if transform and transform not in TRANSFORMS:
-        raise r.fail("transform", f"must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
     sentinels = r.get("sentinels", list, [])
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in sentinels):
         raise r.fail("sentinels", "must be a list of integers (raw values)")
@@ -258,6 +320,7 @@ def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
         high=r.number("max", high_default),
         labels=r.str_map("labels"),
         match=r.regex_map("match"),
+        status=_status(r, "column" if value_key == "value" else "oid"),
     )
     label_names = set(spec.labels)
     for ref in template_names(spec.id) - names - label_names:
@@ -281,17 +344,18 @@ _INDEX_NAMES = {"index", *(f"index{i}" for i in range(1, 17))}
 
 def parse_profile(data: Mapping[str, Any], source: str) -> Profile:
     """A Profile from parsed TOML; ProfileError names the file and key of any problem."""
-    r = _Reader(data, "", source)
+    r = _Reader(data, "", source, _PROFILE_KEYS)
     scalars = []
     for i, item in enumerate(r.get("sensor", list, [])):
         if not isinstance(item, dict):
             raise r.fail(f"sensor[{i}]", "must be a table")
-        scalars.append(_sensor(_Reader(item, f"sensor[{i}]", source), "oid", _SCALAR_NAMES))
+        reader = _Reader(item, f"sensor[{i}]", source, _SENSOR_KEYS | {"oid"})
+        scalars.append(_sensor(reader, "oid", _SCALAR_NAMES))
     tables = []
     for i, item in enumerate(r.get("table", list, [])):
         if not isinstance(item, dict):
             raise r.fail(f"table[{i}]", "must be a table")
-        tr = _Reader(item, f"table[{i}]", source)
+        tr = _Reader(item, f"table[{i}]", source, _TABLE_KEYS)
         fields = tr.str_map("fields", oids=True)
         constants = tr.str_map("constants", oids=True)
         names = _SCALAR_NAMES | _INDEX_NAMES | set(fields) | set(constants)
@@ -303,7 +367,8 @@ def parse_profile(data: Mapping[str, Any], source: str) -> Profile:
         for j, s in enumerate(tr.get("sensor", list)):
             if not isinstance(s, dict):
                 raise tr.fail(f"sensor[{j}]", "must be a table")
-            sensors.append(_sensor(_Reader(s, f"table[{i}].sensor[{j}]", source), "value", names))
+            reader = _Reader(s, f"table[{i}].sensor[{j}]", source, _SENSOR_KEYS | {"value"})
+            sensors.append(_sensor(reader, "value", names))
         tables.append(
             TableSpec(
                 id=tr.get("id", str, f"table{i}"),
@@ -344,15 +409,18 @@ def parse_profile(data: Mapping[str, Any], source: str) -> Profile:
     return profile
 
 
-def load_profile_file(path: Path) -> Profile:
-    """Parse one profile file."""
+def load_profile_file(path: Path, *, site: bool = True) -> Profile:
+    """Parse one profile file (a site's, unless told otherwise)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise ProfileError(f"{path}: cannot be read: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise ProfileError(f"{path}: not UTF-8 text: {err}") from err
     except tomllib.TOMLDecodeError as err:
         raise ProfileError(f"{path}: not valid TOML: {err}") from err
-    return parse_profile(data, str(path))
+    profile = parse_profile(data, str(path))
+    return dataclasses.replace(profile, site=site)
 
 
 def shipped_profiles() -> list[Profile]:
@@ -366,22 +434,47 @@ def shipped_profiles() -> list[Profile]:
     return out
 
 
-def load_profiles(extra_dir: Path | None = None) -> list[Profile]:
-    """The shipped profiles plus every *.toml in extra_dir; a later id replaces an earlier."""
-    by_id = {p.id: p for p in shipped_profiles()}
-    if extra_dir is not None:
-        if not extra_dir.is_dir():
-            raise ProfileError(f"{extra_dir}: profile_dir is not a directory")
-        for path in sorted(extra_dir.glob("*.toml")):
-            profile = load_profile_file(path)
-            by_id[profile.id] = profile
+def site_profiles(folder: Path) -> list[Profile]:
+    """Every *.toml in a site's profile_dir; ProfileError for a broken file or a repeated id."""
+    if not folder.is_dir():
+        raise ProfileError(f"{folder}: profile_dir is not a directory")
+    by_id: dict[str, Profile] = {}
+    for path in sorted(folder.glob("*.toml")):
+        profile = load_profile_file(path)
+        if profile.id in by_id:
+            raise ProfileError(
+                f"{path}: id {profile.id!r} is already defined by {by_id[profile.id].path};"
+                " each profile in profile_dir needs its own id"
+            )
+        by_id[profile.id] = profile
     return list(by_id.values())
+
+
+def load_profiles(extra_dir: Path | None = None) -> list[Profile]:
+    """The site's profiles from extra_dir, then the shipped ones whose id no site file took.
+
+    Site profiles come first and win: over a shipped profile with the same id, and
+    over one whose ``match`` is as specific (see select_profile).
+    """
+    site = site_profiles(extra_dir) if extra_dir is not None else []
+    taken = {p.id: p for p in site}
+    shipped = []
+    for p in shipped_profiles():
+        if p.id in taken:
+            log.info("profile %s from %s replaces the shipped %s", p.id, taken[p.id].path, p.path)
+        else:
+            shipped.append(p)
+    return [*site, *shipped]
 
 
 def select_profile(
     profiles: list[Profile], sys_object_id: tuple[int, ...], override: str = ""
 ) -> Profile | None:
-    """The override (by id) if given, else the longest sysObjectID prefix, else a fallback."""
+    """The override (by id) if given, else the longest sysObjectID prefix, else a fallback.
+
+    Between prefixes of one length the earlier profile wins: load_profiles puts the
+    site's first.
+    """
     if override:
         for p in profiles:
             if p.id == override:
