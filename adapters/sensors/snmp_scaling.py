@@ -57,7 +57,7 @@ class Conversion:
         ):
             return (
                 f"out of range: {value:g} {self.unit} (raw {number:g};"
-                f" sane range {_bound(self.low)}..{_bound(self.high)})"
+                f" plausible range {_bound(self.low)}..{_bound(self.high)})"
             )
         return value
 
