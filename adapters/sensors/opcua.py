@@ -14,8 +14,16 @@ rebuilds the session. A closed connection raises at once. In poll mode (or when 
 server refuses subscriptions) each read is one Read call for all variables.
 
 OPC-UA status codes map to quality: Good -> GOOD, Uncertain* -> UNCERTAIN, Bad* ->
-BAD, each with the code's name as the reason; the source timestamp (else the server
-timestamp) becomes ``device_ts`` and the ServerTimestamp ``server_ts``.
+BAD, each with the code's name as the reason. ``device_ts`` is the SourceTimestamp,
+or the ServerTimestamp when the server sends no SourceTimestamp; ``server_ts`` is the
+ServerTimestamp. A null DateTime (0, which asyncua shows as 1601-01-01) is None.
+
+A profile variable the server does not have (its browse path not found) is ABSENT,
+not BAD: connect logs it once with how to map it (``nodes.KEY`` / ``paths.KEY``) or
+leave it out (``variables``); ``notes`` carries the same for ``rackguard probe``.
+Units come from the variable's EngineeringUnits (EUInformation) when the server
+publishes them, converted to rackguard's unit (bar -> kPa, degF -> degC, rpm kept
+as rpm for pump speed); else the profile's unit, said once in the log.
 """
 
 from __future__ import annotations
@@ -39,13 +47,14 @@ from asyncua.ua.uaerrors import UaError, UaStatusCodeError
 
 from adapters.errors import SourceSetupError, SourceUnavailable
 from adapters.sensors.opcua_profiles import (
-    KIND_UNITS,
     UNITS_BY_UNECE,
     CduProfile,
     PathElement,
     Unit,
     VariableSpec,
+    kind_range,
     parse_path,
+    unit_fits,
 )
 from adapters.sensors.opcua_session import (
     SessionSettings,
@@ -109,6 +118,7 @@ class _Var:
     labels: Mapping[str, str]
     node_id: ua.NodeId | None = None
     fault: str = ""  # why the variable cannot be read at all; "" when it can
+    missing: bool = False  # the server has no such variable (ABSENT, not BAD)
     unit: Unit | None = None
     value: Any = None
     status: int = StatusCodes.BadWaitingForInitialData
@@ -117,7 +127,8 @@ class _Var:
 
 
 def _epoch(ts: datetime | None) -> float | None:
-    if ts is None:
+    """Seconds since 1970; None for no timestamp or OPC-UA's null DateTime (1601-01-01)."""
+    if ts is None or ts.year <= 1601:  # node-opcua sends 0 = 1601-01-01 for "none"
         return None
     if ts.tzinfo is None:  # OPC-UA DateTime is UTC
         ts = ts.replace(tzinfo=UTC)
@@ -153,6 +164,9 @@ class OpcuaAdapter:
         self._heard = 0.0  # monotonic time of the last publish response (data or keep-alive)
         self._lost = ""  # why the session must be rebuilt; "" while it is usable
         self._refused_logged = False
+        self._logged_missing: frozenset[str] = frozenset()
+        self._logged_default_units: set[str] = set()
+        self.notes: list[str] = []  # what an operator should know after connect (for probe)
         self.notifications = 0  # data-change notifications received (for stats and benches)
         self.channel_renewals = 0
 
@@ -185,6 +199,24 @@ class OpcuaAdapter:
             await close_session(client)
             raise
         self._client = client
+        self._log_missing()
+
+    def _log_missing(self) -> None:
+        """Say once (and on change) which profile variables the server lacks, and what to do."""
+        missing = [v for v in self._vars if v.missing]
+        keys = frozenset(v.spec.key for v in missing)
+        self.notes = []
+        if missing:
+            listed = "; ".join(f"{v.spec.key} ({v.fault})" for v in missing)
+            kept = ", ".join(repr(v.spec.key) for v in self._vars if not v.missing)
+            self.notes.append(
+                f"profile {self.settings.profile.name!r}: not found on {self.url}: {listed}."
+                ' Map each in the source\'s config with nodes.KEY = "ns=...;s=..." or'
+                f' paths.KEY = "alias:Name/...", or leave it out with variables = [{kept}]'
+            )
+            if keys != self._logged_missing:
+                log.warning("%s: %s", self.name, self.notes[-1])
+        self._logged_missing = keys
 
     async def read(self) -> Sequence[Reading]:
         """One reading per variable; SourceUnavailable when the session is gone."""
@@ -279,6 +311,7 @@ class OpcuaAdapter:
                     f"browse path {'/'.join(str(e) for e in root_path + out[i].spec.path)}"
                     f" not found ({result.StatusCode.name})"
                 )
+                out[i].missing = True
         if not any(v.node_id is not None for v in out):
             faults = "; ".join(v.fault for v in out if v.fault)
             raise SourceSetupError(f"{self.name}: no variable found on {self.url}: {faults}")
@@ -340,25 +373,41 @@ class OpcuaAdapter:
         for var in out:
             var.unit = var.spec.unit
         physical = {i: n for i, n in eu_nodes.items() if _wants_units(out[i].spec)}
-        if not physical:
-            return
-        values = await client.uaclient.read(_read_parameters(list(physical.values())))
-        for i, dv in zip(physical, values, strict=True):
-            eu = dv.Value.Value if dv.Value is not None else None
-            if (dv.StatusCode and not dv.StatusCode.is_good()) or not isinstance(
-                eu, ua.EUInformation
+        stated: set[int] = set()
+        if physical:
+            values = await client.uaclient.read(_read_parameters(list(physical.values())))
+            for i, dv in zip(physical, values, strict=True):
+                eu = dv.Value.Value if dv.Value is not None else None
+                if (dv.StatusCode and not dv.StatusCode.is_good()) or not isinstance(
+                    eu, ua.EUInformation
+                ):
+                    continue
+                stated.add(i)
+                unit = UNITS_BY_UNECE.get(eu.UnitId)
+                var = out[i]
+                shown = eu.DisplayName.Text if eu.DisplayName else ""
+                if unit is None:
+                    var.fault = f"unsupported engineering unit {shown!r} (UnitId {eu.UnitId})"
+                elif not unit_fits(var.spec.kind, unit):
+                    var.fault = f"engineering unit {shown!r} does not fit {var.spec.kind.value}"
+                else:
+                    var.unit = unit
+        for i, var in enumerate(out):
+            key = var.spec.key
+            if (
+                _wants_units(var.spec)
+                and var.node_id is not None
+                and i not in stated
+                and key not in self._logged_default_units
             ):
-                continue
-            unit = UNITS_BY_UNECE.get(eu.UnitId)
-            var = out[i]
-            expected = KIND_UNITS[var.spec.kind][0]
-            shown = eu.DisplayName.Text if eu.DisplayName else ""
-            if unit is None:
-                var.fault = f"unsupported engineering unit {shown!r} (UnitId {eu.UnitId})"
-            elif unit.canonical != expected:
-                var.fault = f"engineering unit {shown!r} does not fit {var.spec.kind.value}"
-            else:
-                var.unit = unit
+                log.info(
+                    "%s: %s states no EngineeringUnits for %s; using the profile's unit %s",
+                    self.name,
+                    self.url,
+                    key,
+                    var.spec.unit.name,
+                )
+                self._logged_default_units.add(key)
 
     def _make_read_params(self) -> ua.ReadParameters:
         """One Read for every resolvable variable, built once per session."""
@@ -488,10 +537,12 @@ class OpcuaAdapter:
 
     def _reading(self, var: _Var, mono: float, wall: float, stale: str, bad: bool) -> Reading:
         spec = var.spec
-        unit_name = spec.canonical_unit
+        unit_name = "bool" if spec.transform == "nonzero" else (var.unit or spec.unit).canonical
         value: float | None = None
         reason = ""
-        if var.fault:
+        if var.missing:
+            quality, reason = Quality.ABSENT, f"not on the server: {var.fault}"
+        elif var.fault:
             quality, reason = Quality.BAD, var.fault
         elif var.status & _SEVERITY_MASK == _UNCERTAIN or var.status & _SEVERITY_MASK == 0:
             converted = _convert(var)
@@ -505,7 +556,7 @@ class OpcuaAdapter:
             quality, reason = Quality.BAD, status_name(var.status)
         if bad and not var.fault:
             quality, value, reason = Quality.BAD, None, stale
-        elif stale and quality is not Quality.BAD:
+        elif stale and quality in (Quality.GOOD, Quality.UNCERTAIN):
             quality, reason = Quality.UNCERTAIN, f"{stale}; {reason}" if reason else stale
         return Reading(
             source=self.name,
@@ -517,7 +568,7 @@ class OpcuaAdapter:
             mono=mono,
             wall=wall,
             reason=reason,
-            device_ts=var.source_ts,
+            device_ts=var.source_ts if var.source_ts is not None else var.server_ts,
             server_ts=var.server_ts,
             labels=var.labels,
         )
@@ -536,9 +587,9 @@ def _convert(var: _Var) -> float | str:
         return 1.0 if number != 0 else 0.0
     unit = var.unit or var.spec.unit
     converted = unit.convert(number)
-    _, low, high = KIND_UNITS[var.spec.kind]
+    low, high = kind_range(var.spec.kind, unit.canonical)
     if not math.isfinite(converted) or not low <= converted <= high:
-        return f"out of range: {converted:g} {var.spec.canonical_unit}"
+        return f"out of range: {converted:g} {unit.canonical} (plausible {low:g}..{high:g})"
     return converted
 
 

@@ -13,15 +13,21 @@ OPC-UA severity 0-1000 ("severity").
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
 from adapters.errors import SourceSetupError
+from adapters.sensors.plausible import PLAUSIBLE, plausible_range
 from policies.model import SensorKind
+
+log = logging.getLogger(__name__)
 
 Transform = Literal["value", "nonzero"]
 PROFILE_PACKAGE = "adapters.sensors"
@@ -58,6 +64,7 @@ UNITS: Mapping[str, Unit] = MappingProxyType(
             Unit("pascals", "kilopascals", scale=0.001, unece="PAL"),
             Unit("psi", "kilopascals", scale=6.894757, unece="PS"),
             Unit("percent", "percent", unece="P1"),
+            Unit("rpm", "rpm", unece="RPM"),  # pump speed: revolutions per minute
             Unit("bool", "bool"),
             Unit("severity", "severity"),
         )
@@ -77,20 +84,43 @@ UNITS_BY_UNECE: Mapping[int, Unit] = MappingProxyType(
     {unece_code(u.unece): u for u in UNITS.values() if u.unece}
 )
 
-# The canonical unit and the sanity range (canonical units) of each CDU kind.
+_CDU_KINDS = (
+    SensorKind.COOLANT_SUPPLY_TEMPERATURE,
+    SensorKind.COOLANT_RETURN_TEMPERATURE,
+    SensorKind.COOLANT_FLOW,
+    SensorKind.COOLANT_DIFFERENTIAL_PRESSURE,
+    SensorKind.COOLANT_PRESSURE,
+    SensorKind.PUMP_SPEED,
+)
+# The canonical unit and the plausible range (canonical units) of each CDU kind;
+# the physical ones are adapters/sensors/plausible.py's, shared with SNMP.
 KIND_UNITS: Mapping[SensorKind, tuple[str, float, float]] = MappingProxyType(
     {
-        SensorKind.COOLANT_SUPPLY_TEMPERATURE: ("celsius", -20.0, 150.0),
-        SensorKind.COOLANT_RETURN_TEMPERATURE: ("celsius", -20.0, 150.0),
-        SensorKind.COOLANT_FLOW: ("liters_per_minute", 0.0, 100_000.0),
-        SensorKind.COOLANT_DIFFERENTIAL_PRESSURE: ("kilopascals", -2_000.0, 10_000.0),
-        SensorKind.COOLANT_PRESSURE: ("kilopascals", -100.0, 10_000.0),
-        SensorKind.PUMP_SPEED: ("percent", 0.0, 150.0),
+        **{kind: PLAUSIBLE[kind] for kind in _CDU_KINDS},
         SensorKind.PUMP_STATE: ("bool", 0.0, 1.0),
         SensorKind.LEAK: ("bool", 0.0, 1.0),
         SensorKind.ALARM: ("severity", 0.0, 1000.0),
     }
 )
+
+
+def unit_fits(kind: SensorKind, unit: Unit) -> bool:
+    """Whether values of this kind may be stated in this unit (e.g. pump speed in rpm)."""
+    expected = KIND_UNITS[kind][0]
+    if unit.canonical == expected:
+        return True
+    if kind is SensorKind.ALARM and unit.canonical == "bool":
+        return True
+    return plausible_range(kind, unit.canonical) is not None
+
+
+def kind_range(kind: SensorKind, canonical: str) -> tuple[float, float]:
+    """The plausible range of a kind in one of its canonical units."""
+    found = plausible_range(kind, canonical)
+    if found is not None:
+        return found
+    _, low, high = KIND_UNITS[kind]
+    return low, high
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +157,7 @@ class VariableSpec:
 
     @property
     def canonical_unit(self) -> str:
-        """The unit rackguard reports this variable in."""
+        """The unit rackguard reports this variable in, when the server states none."""
         return "bool" if self.transform == "nonzero" else self.unit.canonical
 
 
@@ -141,6 +171,11 @@ class CduProfile:
     root: tuple[PathElement, ...]  # default browse path of the CDU object from Objects
     variables: tuple[VariableSpec, ...]
 
+    @property
+    def variables_keys(self) -> tuple[str, ...]:
+        """The variables' keys, in profile order."""
+        return tuple(v.key for v in self.variables)
+
     def variable(self, key: str) -> VariableSpec:
         """The variable called ``key``; KeyError when the profile has none."""
         for v in self.variables:
@@ -149,28 +184,65 @@ class CduProfile:
         raise KeyError(key)
 
 
-def profile_names() -> list[str]:
-    """The profiles shipped with rackguard (file stems under cdu_profiles/)."""
+_PROFILE_KEYS = frozenset({"name", "description", "root", "namespaces", "variables"})
+_VARIABLE_KEYS = frozenset({"kind", "path", "unit", "transform"})
+
+
+def _site_file(name: str, profile_dir: Path | None) -> Path | None:
+    if profile_dir is None:
+        return None
+    path = profile_dir / f"{name}.toml"
+    return path if path.is_file() else None
+
+
+def profile_names(profile_dir: Path | None = None) -> list[str]:
+    """The profiles a source may name: the site's (profile_dir/*.toml) and the shipped ones."""
     folder = resources.files(PROFILE_PACKAGE) / PROFILE_FOLDER
-    return sorted(
-        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
-    )
+    names = {p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")}
+    if profile_dir is not None and profile_dir.is_dir():
+        names |= {p.stem for p in profile_dir.glob("*.toml")}
+    return sorted(names)
 
 
-def load_profile(name: str) -> CduProfile:
-    """A shipped profile by name; SourceSetupError naming the known ones when missing or broken."""
-    path = resources.files(PROFILE_PACKAGE) / PROFILE_FOLDER / f"{name}.toml"
-    if not path.is_file():
-        known = ", ".join(profile_names())
+def load_profile(name: str, profile_dir: Path | None = None) -> CduProfile:
+    """A profile by name, the site's profile_dir first; SourceSetupError naming file and key."""
+    if profile_dir is not None and not profile_dir.is_dir():
+        raise SourceSetupError(f"{profile_dir}: profile_dir is not a directory")
+    site = _site_file(name, profile_dir)
+    shipped = resources.files(PROFILE_PACKAGE) / PROFILE_FOLDER / f"{name}.toml"
+    if site is not None:
+        origin = str(site)
+        if shipped.is_file():
+            log.info("CDU profile %s from %s replaces the shipped one", name, site)
+        try:
+            text = site.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise SourceSetupError(f"{site}: cannot be read: {err}") from err
+    elif shipped.is_file():
+        origin = f"cdu_profiles/{name}.toml"
+        text = shipped.read_text(encoding="utf-8")
+    else:
+        known = ", ".join(profile_names(profile_dir))
         raise SourceSetupError(f"unknown CDU profile {name!r} (known: {known})")
     try:
-        return parse_profile(tomllib.loads(path.read_text(encoding="utf-8")), origin=name)
-    except (tomllib.TOMLDecodeError, ValueError) as err:
-        raise SourceSetupError(f"CDU profile {name!r} is broken: {err}") from err
+        return parse_profile(tomllib.loads(text), origin=origin)
+    except tomllib.TOMLDecodeError as err:
+        raise SourceSetupError(f"{origin}: not valid TOML: {err}") from err
+    except ValueError as err:
+        raise SourceSetupError(str(err)) from err
+
+
+def _unknown(where: str, data: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """A mistyped key is reported as itself, before anything it left missing."""
+    for key in sorted(set(data) - allowed):
+        raise ValueError(
+            f"{where}{key}: unknown key (known keys here: {', '.join(sorted(allowed))})"
+        )
 
 
 def parse_profile(data: Mapping[str, Any], *, origin: str = "<profile>") -> CduProfile:
-    """Build a profile from parsed TOML; ValueError naming the key on any problem."""
+    """Build a profile from parsed TOML; ValueError naming the file and key on any problem."""
+    _unknown(f"{origin}: ", data, _PROFILE_KEYS)
     namespaces = data.get("namespaces", {})
     if not isinstance(namespaces, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in namespaces.items()
@@ -182,7 +254,10 @@ def parse_profile(data: Mapping[str, Any], *, origin: str = "<profile>") -> CduP
         raise ValueError(f"{origin}: [variables.*] tables are required")
     for key, spec in raw_vars.items():
         variables.append(_variable(f"{origin}: variables.{key}", key, spec, namespaces))
-    root = parse_path(str(data.get("root", "")))
+    try:
+        root = parse_path(str(data.get("root", "")))
+    except ValueError as err:
+        raise ValueError(f"{origin}: root: {err}") from err
     _check_aliases(f"{origin}: root", root, namespaces)
     return CduProfile(
         name=str(data.get("name", origin)),
@@ -196,24 +271,28 @@ def parse_profile(data: Mapping[str, Any], *, origin: str = "<profile>") -> CduP
 def _variable(where: str, key: str, spec: Any, namespaces: Mapping[str, str]) -> VariableSpec:
     if not isinstance(spec, dict):
         raise ValueError(f"{where}: must be a table")
+    _unknown(f"{where}.", spec, _VARIABLE_KEYS)
     try:
         kind = SensorKind(spec["kind"])
     except (KeyError, ValueError) as err:
-        raise ValueError(f"{where}: missing or unknown kind: {err}") from err
+        raise ValueError(f"{where}.kind: missing or unknown kind: {err}") from err
     if kind not in KIND_UNITS:
-        raise ValueError(f"{where}: kind {kind.value!r} is not a CDU kind")
+        raise ValueError(f"{where}.kind: {kind.value!r} is not a CDU kind")
     try:
         path = parse_path(spec["path"])
-        unit = UNITS[spec.get("unit", KIND_UNITS[kind][0])]
-    except KeyError as err:
-        raise ValueError(f"{where}: missing or unknown {err}") from err
+    except KeyError:
+        raise ValueError(f"{where}.path: required key is missing") from None
+    except ValueError as err:
+        raise ValueError(f"{where}.path: {err}") from err
+    unit_name = spec.get("unit", KIND_UNITS[kind][0])
+    if unit_name not in UNITS:
+        raise ValueError(f"{where}.unit: unknown unit {unit_name!r} (known: {', '.join(UNITS)})")
+    unit = UNITS[unit_name]
     transform = spec.get("transform", "value")
     if transform not in ("value", "nonzero"):
-        raise ValueError(f"{where}: transform must be 'value' or 'nonzero', got {transform!r}")
-    expected = KIND_UNITS[kind][0]
-    got = "bool" if transform == "nonzero" else unit.canonical
-    if got != expected and not (kind is SensorKind.ALARM and got == "bool"):
-        raise ValueError(f"{where}: unit {unit.name!r} does not fit kind {kind.value!r}")
+        raise ValueError(f"{where}.transform: must be 'value' or 'nonzero', got {transform!r}")
+    if transform == "value" and not unit_fits(kind, unit):
+        raise ValueError(f"{where}.unit: {unit.name!r} does not fit kind {kind.value!r}")
     _check_aliases(where, path, namespaces)
     return VariableSpec(key, kind, path, unit, transform)
 
@@ -224,3 +303,58 @@ def _check_aliases(
     for element in path:
         if element.namespace not in namespaces and not element.namespace.isdigit():
             raise ValueError(f"{where}: namespace alias {element.namespace!r} is not declared")
+
+
+# Keys a source may map although its profile lacks them (e.g. `leak` for the TCD
+# model): the generic profile's, with its kinds and default units.
+def standard_variables() -> Mapping[str, VariableSpec]:
+    """The generic profile's variables by key."""
+    return {v.key: v for v in load_profile("generic").variables}
+
+
+def customised(
+    profile: CduProfile,
+    *,
+    nodes: Mapping[str, str],
+    paths: Mapping[str, str],
+    units: Mapping[str, str],
+) -> CduProfile:
+    """The profile with a source's per-variable browse paths and units applied.
+
+    A key the profile lacks may be added with a NodeId (`nodes`) or a browse path
+    (`paths`) if it is a standard key (standard_variables). ValueError names
+    ``paths.KEY`` / ``units.KEY`` / ``nodes.KEY``.
+    """
+    by_key = {v.key: v for v in profile.variables}
+    standard = standard_variables()
+    for table, keys in (("nodes", nodes), ("paths", paths), ("units", units)):
+        for key in keys:
+            if key in by_key:
+                continue
+            if key not in standard or table == "units":
+                known = sorted(set(by_key) | (set(standard) if table != "units" else set()))
+                raise ValueError(
+                    f"{table}.{key}: {key!r} is not a variable of profile {profile.name!r}"
+                    f" (known: {', '.join(known)})"
+                )
+            if table == "units" or (key not in nodes and key not in paths):
+                continue
+            base = standard[key]
+            by_key[key] = dataclasses.replace(base, path=())
+    for key, text in paths.items():
+        try:
+            path = parse_path(text)
+        except ValueError as err:
+            raise ValueError(f"paths.{key}: {err}") from err
+        by_key[key] = dataclasses.replace(by_key[key], path=path)
+    for key, name in units.items():
+        if name not in UNITS:
+            raise ValueError(f"units.{key}: unknown unit {name!r} (known: {', '.join(UNITS)})")
+        var = by_key[key]
+        if not unit_fits(var.kind, UNITS[name]):
+            raise ValueError(f"units.{key}: {name!r} does not fit kind {var.kind.value!r}")
+        by_key[key] = dataclasses.replace(var, unit=UNITS[name])
+    order = [v.key for v in profile.variables] + [
+        k for k in by_key if k not in profile.variables_keys
+    ]
+    return dataclasses.replace(profile, variables=tuple(by_key[k] for k in order))

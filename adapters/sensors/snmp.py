@@ -39,11 +39,11 @@ from adapters.sensors.snmp_profiles import (
     StatusSpec,
     TableSpec,
     class_word,
-    load_profile_file,
-    load_profiles,
+    is_profile_path,
     oid_tuple,
     render,
     select_profile,
+    usable_profiles,
 )
 from adapters.sensors.snmp_scaling import Conversion, Missing, conversion
 from policies.model import Quality, Reading, SensorKind
@@ -171,7 +171,7 @@ class SnmpAdapter:
     def _load_profiles(self) -> list[Profile]:
         if self._profiles is None:
             try:
-                self._profiles = load_profiles(self._opt.profile_dir)
+                self._profiles = usable_profiles(self._opt.profile, self._opt.profile_dir)
             except ProfileError as err:
                 raise SourceSetupError(f"{self.name}: {err}") from err
         return self._profiles
@@ -181,14 +181,11 @@ class SnmpAdapter:
         oid_value, descr = await self._client.get(request)
         self.sys_descr = text(descr)
         self.sys_object_id = oid_text(oid_value)
-        wanted = self._opt.profile
-        if wanted.endswith(".toml") or "/" in wanted:
-            try:
-                self.profile = load_profile_file(Path(wanted))
-            except ProfileError as err:
-                raise SourceSetupError(f"{self.name}: {err}") from err
-            return
         profiles = self._load_profiles()
+        wanted = self._opt.profile
+        if is_profile_path(wanted):
+            self.profile = profiles[0]
+            return
         try:
             sys_oid = oid_tuple(self.sys_object_id)
         except ValueError:
@@ -196,8 +193,6 @@ class SnmpAdapter:
         profile = select_profile(profiles, sys_oid, wanted)
         if profile is None:
             known = ", ".join(sorted(p.id for p in profiles))
-            if wanted:
-                raise SourceSetupError(f"{self.name}: no profile {wanted!r} (known: {known})")
             raise SourceSetupError(
                 f"{self.name}: no profile matches sysObjectID {self.sys_object_id or '(none)'}"
                 f" ({self.sys_descr[:60]!r}); set `profile` in the source's config or add one"

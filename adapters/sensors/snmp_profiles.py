@@ -467,6 +467,26 @@ def load_profiles(extra_dir: Path | None = None) -> list[Profile]:
     return [*site, *shipped]
 
 
+def is_profile_path(text: str) -> bool:
+    """True when a source's `profile` names a file rather than a profile id."""
+    return text.endswith(".toml") or "/" in text
+
+
+def usable_profiles(profile: str, profile_dir: Path | None) -> list[Profile]:
+    """Every profile a source configured so could use; ProfileError naming file and key.
+
+    A `profile` path gives that one file; otherwise the site's and the shipped
+    profiles, and a `profile` id must be one of them.
+    """
+    if is_profile_path(profile):
+        return [load_profile_file(Path(profile))]
+    profiles = load_profiles(profile_dir)
+    if profile and all(p.id != profile for p in profiles):
+        known = ", ".join(sorted(p.id for p in profiles))
+        raise ProfileError(f"no profile {profile!r} (known: {known})")
+    return profiles
+
+
 def select_profile(
     profiles: list[Profile], sys_object_id: tuple[int, ...], override: str = ""
 ) -> Profile | None:

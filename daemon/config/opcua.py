@@ -1,21 +1,19 @@
-"""The [sources.NAME] table for a CDU over OPC-UA (``type = "opcua"``), and its adapter."""
+"""The [sources.NAME] table for a CDU over OPC-UA (``type = "opcua"``); sources.py builds it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from adapters.errors import SourceSetupError
-from adapters.sensors.opcua_profiles import load_profile, parse_path, profile_names
-from daemon.config.secrets import read_secret, resolve_secret, secret_problem
+
+# CDU profiles are TOML data: loading them needs no asyncua.
+from adapters.sensors.opcua_profiles import CduProfile, customised, load_profile, parse_path
+from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.sources import SourceTiming, timing_of, timing_problems
 from daemon.config.typed_toml import Problems, bounded
-
-if TYPE_CHECKING:  # asyncua is imported only when an OPC-UA source is configured
-    from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +43,21 @@ class OpcuaSourceConfig:
     bad_after_s: float = bounded(30.0, gt=0)
     # Timeout of one OPC-UA request (connect steps included).
     request_timeout_s: float = bounded(2.0, gt=0, le=120)
-    # Which variables mean what: a profile shipped in adapters/sensors/cdu_profiles.
+    # Which variables mean what: a profile in profile_dir (NAME.toml, the site's, wins)
+    # or one shipped in adapters/sensors/cdu_profiles.
     profile: str = "generic"
+    # The site's CDU profiles (*.toml, file stem = profile name).
+    profile_dir: Path | None = None
     # The CDU object: a browse path from Objects ("alias:Name/...") or a NodeId
     # ("ns=2;s=CDU", "nsu=urn:vendor;s=CDU"); "" uses the profile's.
     root: str = ""
-    # NodeIds for some variables, used instead of their browse paths.
+    # NodeIds for some variables, used instead of their browse paths. A standard
+    # variable the profile lacks (e.g. leak for opc40082-tcd) may be added so.
     nodes: dict[str, str] = field(default_factory=dict)
+    # Browse paths below the root for some variables, instead of the profile's.
+    paths: dict[str, str] = field(default_factory=dict)
+    # The unit a variable is in when the server states no EngineeringUnits.
+    units: dict[str, str] = field(default_factory=dict)
     # Namespace URIs for the profile's aliases, e.g. { cdu = "urn:vendor:cdu" }.
     namespaces: dict[str, str] = field(default_factory=dict)
     # Profile variables to read; empty reads all.
@@ -91,20 +97,35 @@ class OpcuaSourceConfig:
         yield from self._check_profile()
         yield from self._check_security()
 
+    def effective_profile(self) -> CduProfile:
+        """The profile with this source's paths, units and added variables applied.
+
+        SourceSetupError names the file and key (a broken profile) or the config key.
+        """
+        profile = load_profile(self.profile, self.profile_dir)
+        try:
+            return customised(profile, nodes=self.nodes, paths=self.paths, units=self.units)
+        except ValueError as err:
+            raise SourceSetupError(str(err)) from err
+
     def _check_profile(self) -> Problems:
-        if self.profile not in profile_names():
-            yield "profile", f"must be one of {', '.join(profile_names())}, got {self.profile!r}"
+        try:
+            load_profile(self.profile, self.profile_dir)
+        except SourceSetupError as err:
+            key = "profile_dir" if self.profile_dir and str(self.profile_dir) in str(err) else ""
+            yield key or "profile", str(err)
             return
         try:
-            profile = load_profile(self.profile)
+            profile = self.effective_profile()
         except SourceSetupError as err:
-            yield "profile", str(err)
+            key, _, message = str(err).partition(": ")
+            yield key, message
             return
         known = {v.key for v in profile.variables}
-        for key in [*self.nodes, *self.variables]:
+        for key in self.variables:
             if key not in known:
                 yield (
-                    f"nodes.{key}" if key in self.nodes else "variables",
+                    "variables",
                     f"{key!r} is not a variable of profile {self.profile!r}"
                     f" ({', '.join(sorted(known))})",
                 )
@@ -116,6 +137,15 @@ class OpcuaSourceConfig:
                         yield "root", f"namespace alias {element.namespace!r} is not declared"
             except ValueError as err:
                 yield "root", str(err)
+        aliases = {**profile.namespaces, **self.namespaces}
+        for key, text in self.paths.items():
+            for element in parse_path(text):  # customised() checked the syntax
+                if element.namespace not in aliases and not element.namespace.isdigit():
+                    yield (
+                        f"paths.{key}",
+                        f"namespace alias {element.namespace!r} is not declared"
+                        " (add it to namespaces)",
+                    )
 
     def _check_security(self) -> Problems:
         secure = self.security_policy != "None"
@@ -142,59 +172,3 @@ class OpcuaSourceConfig:
                 problem = secret_problem(resolve_secret(path))
                 if problem:
                     yield key, problem
-
-
-def _secret_reader(path: Path | None) -> Callable[[], str] | None:
-    """Reads the secret at every connect, so a rotated password needs no restart."""
-    if path is None:
-        return None
-
-    def read() -> str:
-        try:
-            return read_secret(path).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise SourceSetupError(f"secret file {str(path)!r} cannot be read: {err}") from err
-
-    return read
-
-
-def opcua_settings(cfg: OpcuaSourceConfig) -> OpcuaSettings:
-    """The adapter's settings for one configured source (the profile is loaded here)."""
-    from adapters.sensors.opcua import OpcuaSettings  # noqa: PLC0415
-    from adapters.sensors.opcua_session import SecuritySettings, SessionSettings  # noqa: PLC0415
-
-    session = SessionSettings(
-        url=cfg.url,
-        request_timeout_s=cfg.request_timeout_s,
-        security=SecuritySettings(
-            policy=cfg.security_policy,
-            mode=cfg.security_mode,
-            certificate=cfg.certificate_file,
-            private_key=cfg.private_key_file,
-            private_key_password=_secret_reader(cfg.private_key_password_file),
-            server_certificate=cfg.server_certificate_file,
-        ),
-        username=cfg.username or None,
-        password=_secret_reader(cfg.password_file),
-    )
-    return OpcuaSettings(
-        session=session,
-        profile=load_profile(cfg.profile),
-        mode=cfg.mode,
-        sampling_interval_s=cfg.sampling_interval_s,
-        deadband=cfg.deadband,
-        keepalive_s=cfg.keepalive_s,
-        stale_after_s=cfg.stale_after_s,
-        bad_after_s=cfg.bad_after_s,
-        root=cfg.root,
-        nodes=dict(cfg.nodes),
-        namespaces=dict(cfg.namespaces),
-        variables=tuple(cfg.variables),
-    )
-
-
-def build_opcua_adapter(name: str, cfg: OpcuaSourceConfig) -> OpcuaAdapter:
-    """The adapter for one ``type = "opcua"`` source."""
-    from adapters.sensors.opcua import OpcuaAdapter  # noqa: PLC0415
-
-    return OpcuaAdapter(name, opcua_settings(cfg))

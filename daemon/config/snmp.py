@@ -1,19 +1,16 @@
-"""[sources.NAME] with type = "snmp": one rack PDU or cooling unit, and its adapter builder."""
+"""[sources.NAME] with type = "snmp": one rack PDU or cooling unit (daemon/sources.py builds it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from adapters.errors import SourceSetupError
-from daemon.config.secrets import read_secret, resolve_secret, secret_problem
+# Profiles are TOML data: loading them needs no pysnmp.
+from adapters.sensors.snmp_profiles import ProfileError, usable_profiles
+from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.sources import SourceTiming, timing_of, timing_problems
 from daemon.config.typed_toml import Problems, bounded
-
-if TYPE_CHECKING:  # pysnmp is imported only when an SNMP source is configured
-    from adapters.sensors.snmp import SnmpAdapter
-    from adapters.sensors.snmp_client import SnmpClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +49,8 @@ class SnmpSourceConfig:
     retries: int = bounded(1, ge=0, le=5)
     # The whole poll (every GET of one read) must finish within this.
     poll_deadline_s: float = bounded(4.0, gt=0)
-    # Probe label (as `rackguard probe` shows it) -> position, e.g. {"1" = "bottom"}.
+    # Probe (its name on the device as `rackguard probe` shows it, e.g. "A1", or its
+    # row index, e.g. "1.1") -> position, e.g. {"A1" = "bottom"}.
     probe_positions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -90,6 +88,22 @@ class SnmpSourceConfig:
         for label, position in self.probe_positions.items():
             if not position.strip():
                 yield f"probe_positions.{label}", "must name a position, e.g. 'top'"
+        yield from self._check_profiles()
+
+    def _check_profiles(self) -> Problems:
+        """Every profile `probe` and `run` would load, loaded now (names file and key)."""
+        try:
+            usable_profiles(self.profile, self.profile_dir)
+        except ProfileError as err:
+            text = str(err)
+            yield (
+                (
+                    "profile_dir"
+                    if self.profile_dir and str(self.profile_dir) in text
+                    else "profile"
+                ),
+                text,
+            )
 
     @staticmethod
     def _secret(key: str, path: Path | None, why: str) -> Problems:
@@ -99,50 +113,3 @@ class SnmpSourceConfig:
         problem = secret_problem(resolve_secret(path))
         if problem:
             yield key, problem
-
-
-def _read(path: Path, key: str) -> bytes:
-    """A secret's bytes; SourceSetupError naming the key if the file went away."""
-    try:
-        return read_secret(path)
-    except OSError as err:
-        raise SourceSetupError(f"{key}: {str(path)!r} cannot be read: {err}") from err
-
-
-def snmp_client(cfg: SnmpSourceConfig) -> SnmpClient:
-    """The SNMP session the config asks for, with its secrets read from their files."""
-    from adapters.sensors.snmp_client import V2cClient, V3Client, V3Credentials  # noqa: PLC0415
-
-    if cfg.version == "2c":
-        assert cfg.community_file is not None  # validate() guarantees it
-        return V2cClient(
-            cfg.host,
-            cfg.port,
-            _read(cfg.community_file, "community_file"),
-            timeout_s=cfg.request_timeout_s,
-            retries=cfg.retries,
-        )
-    assert cfg.auth_key_file is not None
-    creds = V3Credentials(
-        user=cfg.user,
-        auth_protocol=cfg.auth_protocol,
-        auth_key=_read(cfg.auth_key_file, "auth_key_file"),
-        priv_protocol=cfg.priv_protocol,
-        priv_key=b"" if cfg.priv_key_file is None else _read(cfg.priv_key_file, "priv_key_file"),
-    )
-    return V3Client(cfg.host, cfg.port, creds, timeout_s=cfg.request_timeout_s, retries=cfg.retries)
-
-
-def build_snmp_adapter(name: str, cfg: SnmpSourceConfig) -> SnmpAdapter:
-    """The adapter for one configured SNMP source."""
-    from adapters.sensors.snmp import SnmpAdapter, SnmpOptions  # noqa: PLC0415
-
-    options = SnmpOptions(
-        max_varbinds=cfg.max_varbinds,
-        max_repetitions=cfg.max_repetitions,
-        poll_deadline_s=cfg.poll_deadline_s,
-        profile=cfg.profile,
-        profile_dir=cfg.profile_dir,
-        probe_positions=dict(cfg.probe_positions),
-    )
-    return SnmpAdapter(name, snmp_client(cfg), options)

@@ -78,7 +78,8 @@ def test_units_convert_to_the_canonical_unit(unit: str, raw: float, expected: fl
 
 def test_every_canonical_unit_is_a_cdu_kinds_unit() -> None:
     kind_units = {u for u, _, _ in KIND_UNITS.values()}
-    assert {u.canonical for u in UNITS.values()} <= kind_units | {"bool"}
+    # rpm: pump speed may be stated in rpm as well as in percent.
+    assert {u.canonical for u in UNITS.values()} <= kind_units | {"bool", "rpm"}
 
 
 @pytest.mark.parametrize(
@@ -89,11 +90,14 @@ def test_every_canonical_unit_is_a_cdu_kinds_unit() -> None:
         ({"variables": {"x": {"kind": "coolant_flow", "path": "0:X", "unit": "bar"}}}, "fit"),
         ({"variables": {"x": {"kind": "coolant_flow", "path": "v:X"}}}, "alias 'v'"),
         ({"variables": {"x": {"kind": "coolant_flow", "path": "NoAlias"}}}, "alias:Name"),
-        ({"variables": {"x": {"kind": "coolant_flow"}}}, "missing or unknown 'path'"),
+        ({"variables": {"x": {"kind": "coolant_flow"}}}, r"variables\.x\.path: required key"),
         (
             {"variables": {"x": {"kind": "leak", "path": "0:X", "transform": "x"}}},
-            "transform must be",
+            "transform: must be",
         ),
+        # A mistyped key is reported as itself, not as the key it left missing.
+        ({"variables": {"x": {"kind": "leak", "paht": "0:X"}}}, r"variables\.x\.paht: unknown key"),
+        ({"variable": {}}, "variable: unknown key"),
     ],
 )
 def test_broken_profiles_name_the_variable(data: dict[str, Any], message: str) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from adapters.sensors.opcua import OpcuaAdapter
-from daemon.config.opcua import OpcuaSourceConfig, build_opcua_adapter
+from daemon.config.opcua import OpcuaSourceConfig
+from daemon.service.sources import build_opcua_adapter
 from daemon.config.typed_toml import ConfigError, load_typed
 
 URL = "opc.tcp://cdu-1.example:4840"
@@ -46,7 +47,11 @@ def test_defaults_are_valid_and_build_a_subscribing_adapter() -> None:
         ({"url": "http://cdu:4840"}, "url", "opc.tcp://"),
         ({"stale_after_s": 5.0}, "stale_after_s", "more than keepalive_s"),
         ({"bad_after_s": 10.0}, "bad_after_s", "more than stale_after_s"),
-        ({"profile": "nope"}, "profile", "must be one of generic, opc40082-tcd"),
+        (
+            {"profile": "nope"},
+            "profile",
+            "unknown CDU profile 'nope' (known: generic, opc40082-tcd)",
+        ),
         ({"nodes": {"flux": "ns=2;i=7"}}, "nodes.flux", "not a variable of profile"),
         ({"variables": ["flow", "humidity"]}, "variables", "'humidity' is not a variable"),
         ({"root": "vendor:CDU"}, "root", "alias 'vendor' is not declared"),
