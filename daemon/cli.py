@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -102,6 +103,8 @@ async def _probe(config: Config, name: str, *, as_json: bool) -> int:
     except (SourceError, TimeoutError) as err:
         print(f"rackguard: probe of {name!r} failed: {err or 'timed out'}", file=sys.stderr)
         return EXIT_STARTUP
+    for note in getattr(adapter, "notes", ()):  # which profile, what the device lacks
+        print(f"rackguard: {name}: {note}", file=sys.stderr)
     now = readings[0].mono if readings else 0.0
     rows = [reading_to_dict(r, now) for r in readings]
     if as_json:
@@ -193,8 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `rackguard probe ... | head -1`: the reader left; that is not an error of ours.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return code
 
 

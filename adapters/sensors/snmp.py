@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters.errors import SourceBadData, SourceSetupError, SourceUnavailable
+from adapters.errors import SourceBadData, SourceError, SourceSetupError, SourceUnavailable
 from adapters.sensors.snmp_client import (
     OidTuple,
     Prepared,
@@ -121,9 +121,23 @@ class SnmpAdapter:
         """Open, identify the device, pick its profile and discover its table rows."""
         if self._connected:
             await self.close()
-        await self._client.open()
         try:
-            await self._identify()
+            await self._client.open()
+        except SourceSetupError as err:
+            raise SourceSetupError(f"{self.name}: {err}") from err
+        try:
+            try:
+                await self._identify()
+            except SourceUnavailable as err:
+                if "no answer within" not in str(err):
+                    raise
+                # The first request timed out: say what that can mean, for this version.
+                why = await self._client.why_silent()
+                raise SourceUnavailable(f"{self.name}: {err}; {why}") from err
+            except SourceError as err:
+                if str(err).startswith(f"{self.name}: "):
+                    raise
+                raise type(err)(f"{self.name}: {err}") from err
             profile = self.profile
             assert profile is not None
             self._max_varbinds = min(self._opt.max_varbinds, profile.max_varbinds or 10_000)

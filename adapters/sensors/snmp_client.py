@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -200,6 +201,59 @@ class SnmpClient(Protocol):
     async def close(self) -> None:
         """Release the socket and timers; never raises."""
 
+    async def why_silent(self) -> str:
+        """After a timeout: the likely reasons, for an operator (says what it can test)."""
+
+
+async def _resolve(host: str, port: int) -> None:
+    """SourceSetupError naming the host when it does not resolve (not pysnmp's internals)."""
+    try:
+        await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError) as err:
+        reason = err.strerror if isinstance(err, socket.gaierror) else str(err)
+        raise SourceSetupError(f"host {host!r} cannot be resolved: {reason}") from err
+
+
+class _Refusal(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.refused = asyncio.get_running_loop().create_future()
+
+    def error_received(self, exc: Exception) -> None:
+        if not self.refused.done():
+            self.refused.set_result(isinstance(exc, ConnectionRefusedError))
+
+
+async def port_refuses(host: str, port: int, wait_s: float = 0.3) -> bool:
+    """True when the host answers a datagram to this port with ICMP port unreachable.
+
+    A connected UDP socket sees that as ECONNREFUSED; silence (a firewall, a wrong
+    community) proves nothing, so False means "unknown", not "open".
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        transport, protocol = await loop.create_datagram_endpoint(
+            _Refusal, remote_addr=(host, port)
+        )
+    except OSError:
+        return False
+    try:
+        transport.sendto(b"\x30\x00")  # an empty SEQUENCE: any agent drops it
+        async with asyncio.timeout(wait_s):
+            return bool(await protocol.refused)
+    except TimeoutError:
+        return False
+    finally:
+        transport.close()
+
+
+def _silence(target: str, refused: bool, causes: str) -> str:
+    if refused:
+        return (
+            f"nothing answers on {target} (ICMP port unreachable): a wrong host or port,"
+            " or no SNMP agent running there"
+        )
+    return f"{target} does not answer: {causes}"
+
 
 def _request_id(pdu: Any) -> None:
     v2c.apiPDU.set_request_id(pdu, v2c.getNextRequestID())
@@ -248,6 +302,7 @@ class V2cClient:
     async def open(self) -> None:
         """Resolve the address and start the dispatcher."""
         await self.close()
+        await _resolve(*self._address)
         try:
             self._transport = await V1UdpTarget.create(
                 self._address, timeout=self._timeout_s, retries=self._retries
@@ -300,6 +355,17 @@ class V2cClient:
         )
         return [(tuple(name), value) for name, value in v2c.apiBulkPDU.get_varbinds(response)]
 
+    async def why_silent(self) -> str:
+        """A wrong community and a dead port look alike to SNMP; ICMP tells them apart."""
+        refused = await port_refuses(*self._address)
+        return _silence(
+            self.target,
+            refused,
+            "a wrong community (agents silently drop requests with a community they do not"
+            " know), an agent ACL that does not admit this host, a firewall, or the device"
+            " is down; check with `snmpget -v2c -c COMMUNITY HOST 1.3.6.1.2.1.1.2.0`",
+        )
+
     async def close(self) -> None:
         """Stop the dispatcher and wait for its timer task to end."""
         dispatcher, self._dispatcher = self._dispatcher, None
@@ -337,6 +403,7 @@ class V3Client:
     async def open(self) -> None:
         """Start the engine and register the user and target."""
         await self.close()
+        await _resolve(*self._address)
         c = self._creds
         try:
             transport = await UdpTransportTarget.create(
@@ -410,6 +477,24 @@ class V3Client:
         """One GETBULK."""
         vbs = await self._send(_bulk_pdu(oid, max_repetitions), 1)
         return [(tuple(name), value) for name, value in vbs]
+
+    async def why_silent(self) -> str:
+        """The likely reasons an SNMPv3 agent stays silent."""
+        refused = await port_refuses(*self._address)
+        priv = (
+            f"a wrong privacy key ({self._creds.priv_protocol}: agents drop what they cannot"
+            " decrypt), "
+            if self._creds.priv_protocol != "none"
+            else ""
+        )
+        return _silence(
+            self.target,
+            refused,
+            f"{priv}an agent ACL or view that does not admit user {self._creds.user!r} from"
+            " this host, a firewall, or the device is down; check user, auth_key_file and"
+            " priv_key_file with `snmpget -v3 -l authPriv -u USER -a SHA -A KEY -x AES -X KEY"
+            " HOST 1.3.6.1.2.1.1.2.0`",
+        )
 
     async def close(self) -> None:
         """Stop the engine's dispatcher and wait for its timer task to end."""
