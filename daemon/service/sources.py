@@ -11,8 +11,8 @@ from adapters.errors import SourceSetupError
 from adapters.sensors.nvml import NvmlAdapter, load_binding
 from daemon.config import SourceConfig
 from daemon.config.opcua import OpcuaSourceConfig
-from daemon.config.snmp import SnmpSourceConfig
 from daemon.config.secrets import read_secret
+from daemon.config.snmp import SnmpSourceConfig
 
 if TYPE_CHECKING:  # pysnmp and asyncua are imported only when such a source is configured
     from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings

@@ -19,9 +19,9 @@ from asyncua.server.server import Server
 
 from adapters.sensors.opcua import OpcuaAdapter
 from adapters.sensors.opcua_profiles import unece_code
-from daemon.config_opcua import OpcuaSourceConfig
-from daemon.sources import build_opcua_adapter
-from daemon.typed_toml import load_typed
+from daemon.config.opcua import OpcuaSourceConfig
+from daemon.config.typed_toml import load_typed
+from daemon.service.sources import build_opcua_adapter
 from fakes.cdu_server import free_port
 from policies.model import Quality, Reading
 

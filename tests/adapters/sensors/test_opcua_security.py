@@ -23,8 +23,8 @@ from adapters.sensors.opcua import OpcuaAdapter, OpcuaSettings
 from adapters.sensors.opcua_profiles import load_profile
 from adapters.sensors.opcua_session import SecuritySettings, SessionSettings
 from daemon.config.opcua import OpcuaSourceConfig
-from daemon.service.sources import build_opcua_adapter
 from daemon.config.typed_toml import load_typed
+from daemon.service.sources import build_opcua_adapter
 from fakes.cdu_server import FakeCduServer
 from fakes.sim.thermal import CduSnapshot
 from policies.model import Quality

@@ -11,8 +11,8 @@ from adapters.errors import SourceAuthError, SourceUnavailable
 from adapters.sensors.snmp import SnmpAdapter, SnmpOptions
 from adapters.sensors.snmp_client import V2cClient, V3Client, V3Credentials
 from daemon.config.snmp import SnmpSourceConfig
-from daemon.service.sources import build_snmp_adapter
 from daemon.config.typed_toml import load_typed
+from daemon.service.sources import build_snmp_adapter
 from fakes.sim import RackSimulator, load_scenario
 from fakes.snmp_agent import sentry4_values
 from fakes.snmpd import NetSnmpd, override_lines

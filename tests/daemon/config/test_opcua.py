@@ -9,8 +9,8 @@ import pytest
 
 from adapters.sensors.opcua import OpcuaAdapter
 from daemon.config.opcua import OpcuaSourceConfig
-from daemon.service.sources import build_opcua_adapter
 from daemon.config.typed_toml import ConfigError, load_typed
+from daemon.service.sources import build_opcua_adapter
 
 URL = "opc.tcp://cdu-1.example:4840"
 

@@ -11,8 +11,8 @@ from adapters.errors import SourceSetupError
 from adapters.sensors.snmp import SnmpAdapter
 from adapters.sensors.snmp_client import V2cClient, V3Client
 from daemon.config.snmp import SnmpSourceConfig
-from daemon.service.sources import build_snmp_adapter, snmp_client
 from daemon.config.typed_toml import ConfigError, load_typed
+from daemon.service.sources import build_snmp_adapter, snmp_client
 
 
 def _load(**fields: Any) -> SnmpSourceConfig:
