@@ -25,7 +25,8 @@ from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError, page
 from daemon.http.events import Event
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.http.openapi import OPENAPI
-from policies.model import Reading
+from policies.model import Quality, Reading
+from policies.tracking import gpu_kind
 
 if TYPE_CHECKING:
     from daemon.service.app import Daemon
@@ -56,18 +57,35 @@ class ApiError(Exception):
         self.code = code
 
 
-def reading_to_dict(r: Reading, now: float) -> dict[str, Any]:
-    """One series for the API."""
+def reading_to_dict(
+    r: Reading, now: float, stale_after_s: float | None = None, source_error: str = ""
+) -> dict[str, Any]:
+    """One series for the API; past ``stale_after_s`` a value is shown BAD, as the policy sees it.
+
+    A source that stopped answering keeps its last readings in the store; the
+    policy ignores them once they are older than its stale limit, and so must
+    /v1/state: quality "bad", no value, the last value in the reason.
+    """
+    age = now - r.mono
+    quality, value, reason = r.quality.value, r.value, r.reason
+    stale = stale_after_s is not None and age > stale_after_s and r.value is not None
+    if stale:
+        quality, value = Quality.BAD.value, None
+        reason = f"stale: {age:.0f}s old, past the policy's {stale_after_s:g}s"
+        if source_error:
+            reason += f" (source {r.source}: {source_error})"
+        reason += f"; last {r.quality.value} value {r.value:g} {r.unit}"
     return {
         "key": r.key,
         "source": r.source,
         "sensor": r.sensor,
         "kind": r.kind.value,
-        "value": r.value,
+        "value": value,
         "unit": r.unit,
-        "quality": r.quality.value,
-        "reason": r.reason,
-        "age_s": round(now - r.mono, 3),
+        "quality": quality,
+        "reason": reason,
+        "stale": stale,
+        "age_s": round(age, 3),
         "device_ts": r.device_ts,
         "server_ts": r.server_ts,
         "labels": dict(r.labels),
@@ -149,8 +167,16 @@ def _state_dict(d: Daemon, now: float) -> dict[str, Any]:
             }
             for r in d.runners
         },
-        "series": [reading_to_dict(r, now) for r in d.store.readings()],
+        "series": [_series(d, r, now) for r in d.store.readings()],
     }
+
+
+def _series(d: Daemon, r: Reading, now: float) -> dict[str, Any]:
+    """A series with the policy's stale limit for its kind (policies/tracking.py)."""
+    p = d.config.policy
+    limit = p.stale_after_s if gpu_kind(r.kind) else p.rack_stale_after_s
+    errors = {x.name: x.stats.last_error for x in d.runners if x.health.value != "up"}
+    return reading_to_dict(r, now, limit, errors.get(r.source) or "")
 
 
 async def assessments(request: web.Request) -> web.Response:

@@ -49,7 +49,11 @@ SCHEMAS: dict[str, Any] = {
             "kind": _STR,
             "value": _NUM_OR_NULL,
             "unit": _STR,
-            "quality": {"enum": ["good", "uncertain", "bad"]},
+            "quality": {"enum": ["good", "uncertain", "bad", "absent"]},
+            "stale": {
+                "type": "boolean",
+                "description": "older than the policy's stale limit: shown bad, without value",
+            },
             "reason": _STR,
             "age_s": {"type": "number"},
             "device_ts": _NUM_OR_NULL,

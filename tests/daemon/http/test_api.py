@@ -320,6 +320,7 @@ async def test_sse_stream_delivers_and_resumes_with_last_event_id(
 def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
     from types import SimpleNamespace  # noqa: PLC0415
 
+    from daemon.config.policy import PolicyConfig  # noqa: PLC0415
     from daemon.http.api import StateBody  # noqa: PLC0415
     from daemon.service.state import StateStore  # noqa: PLC0415
     from policies.model import Quality, Reading, SensorKind  # noqa: PLC0415
@@ -330,7 +331,7 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
         store=store,
         engine=SimpleNamespace(last=None),
         runners=[],
-        config=SimpleNamespace(node=node),
+        config=SimpleNamespace(node=node, policy=PolicyConfig()),
     )
 
     clock = [1000.0]  # the cache's monotonic clock, moved by the test
