@@ -65,6 +65,8 @@ class OpcuaSourceConfig:
     security_policy: Literal["None", "Basic256Sha256"] = "None"
     security_mode: Literal["None", "Sign", "SignAndEncrypt"] = "None"
     certificate_file: Path | None = None
+    # The client's private key: a secret, so a bare name is a systemd credential
+    # (LoadCredential=), readable by the service's DynamicUser.
     private_key_file: Path | None = None
     private_key_password_file: Path | None = None
     # The server certificate(s) rackguard trusts (PEM bundle or DER).
@@ -160,8 +162,12 @@ class OpcuaSourceConfig:
                 path = getattr(self, key)
                 if path is None:
                     yield key, f"is required with security_policy {self.security_policy}"
-                elif not path.is_file():
-                    yield key, f"{str(path)!r} is not a readable file"
+                    continue
+                # The private key is a secret: a bare name is a systemd credential.
+                path = resolve_secret(path) if key == "private_key_file" else path
+                problem = secret_problem(path)
+                if problem:
+                    yield key, problem
         if self.username and self.password_file is None:
             yield "password_file", "is required with username"
         if self.password_file is not None and not self.username:

@@ -11,7 +11,7 @@ from adapters.errors import SourceSetupError
 from adapters.sensors.nvml import NvmlAdapter, load_binding
 from daemon.config import SourceConfig
 from daemon.config.opcua import OpcuaSourceConfig
-from daemon.config.secrets import read_secret
+from daemon.config.secrets import read_secret, resolve_secret
 from daemon.config.snmp import SnmpSourceConfig
 
 if TYPE_CHECKING:  # pysnmp and asyncua are imported only when such a source is configured
@@ -108,7 +108,9 @@ def opcua_settings(cfg: OpcuaSourceConfig) -> OpcuaSettings:
             policy=cfg.security_policy,
             mode=cfg.security_mode,
             certificate=cfg.certificate_file,
-            private_key=cfg.private_key_file,
+            private_key=None
+            if cfg.private_key_file is None
+            else resolve_secret(cfg.private_key_file),
             private_key_password=_secret_reader(cfg.private_key_password_file),
             server_certificate=cfg.server_certificate_file,
         ),

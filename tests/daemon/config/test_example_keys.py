@@ -41,7 +41,7 @@ def _tag(cls: type[Any]) -> str:
 
 def schema_keys() -> list[tuple[str, str, str]]:
     """(section, type tag or "", key) for every key the loader accepts."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for f in dataclasses.fields(Config):
         for cls in _dataclasses(get_type_hints(Config)[f.name]):
             out.extend((f.name, _tag(cls), g.name) for g in dataclasses.fields(cls) if g.init)

@@ -74,7 +74,7 @@ def test_secure_policy_needs_the_certificate_files(tmp_path: Path) -> None:
         security_mode="SignAndEncrypt",
         certificate_file=str(tmp_path / "missing.pem"),
     )
-    assert any(p.startswith("certificate_file:") and "not a readable file" in p for p in got)
+    assert any(p.startswith("certificate_file:") and "cannot be read" in p for p in got)
     assert any(p.startswith("private_key_file:") and "is required" in p for p in got)
     assert any(p.startswith("server_certificate_file:") and "is required" in p for p in got)
 
@@ -110,3 +110,40 @@ def test_node_ids_namespaces_and_subset_reach_the_adapter(tmp_path: Path) -> Non
     assert s.session.username == "op"
     assert s.session.password is not None
     assert s.session.password() == "s3cret"  # read from the file, newline stripped
+
+
+def test_site_overrides_reach_the_adapter_and_typos_name_their_key() -> None:
+    # The TCD model has no leak sensor: nodes.leak adds the standard variable.
+    units = {"flow": "cubic_meters_per_hour"}
+    cfg = load(profile="opc40082-tcd", nodes={"leak": "ns=2;s=Leak"}, units=units)
+    profile = build_opcua_adapter("cdu", cfg).settings.profile
+    leak = profile.variable("leak")
+    assert leak.kind.value == "leak"
+    assert profile.variable("flow").unit.name == "cubic_meters_per_hour"
+    assert any(p.startswith("units.flow:") for p in problems(units={"flow": "parsec"}))
+    assert any(p.startswith("paths.flow:") for p in problems(paths={"flow": "NoAlias"}))
+    assert any(p.startswith("units.pump_speed:") for p in problems(units={"pump_speed": "bar"}))
+    found = problems(paths={"flow": "vendor:Flow"})
+    assert any(p.startswith("paths.flow:") and "'vendor' is not declared" in p for p in found)
+
+
+def test_the_private_key_may_be_a_systemd_credential(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("client.der", "server.der"):
+        (tmp_path / name).write_bytes(b"x")
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    (creds / "cdu-client.key").write_text("-----BEGIN PRIVATE KEY-----\n")
+    secure = {
+        "security_policy": "Basic256Sha256",
+        "security_mode": "SignAndEncrypt",
+        "certificate_file": str(tmp_path / "client.der"),
+        "private_key_file": "cdu-client.key",
+        "server_certificate_file": str(tmp_path / "server.der"),
+    }
+    assert any(p.startswith("private_key_file:") for p in problems(**secure))
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    cfg = load(**secure)
+    key = build_opcua_adapter("cdu", cfg).settings.session.security.private_key
+    assert key == creds / "cdu-client.key"
