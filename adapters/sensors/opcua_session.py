@@ -116,6 +116,21 @@ def load_trusted_certificates(path: Path) -> list[bytes]:
     return [c.public_bytes(serialization.Encoding.DER) for c in certs]
 
 
+def _by_content(path: Path, password: str | None = None) -> uacrypto.CertProperties:
+    """A certificate or key file as PEM or DER by what it holds, not by its name.
+
+    asyncua goes by the extension (".pem" or DER), so a PEM key named "cdu-client.key"
+    (or a systemd credential, which has whatever name the unit gives it) would fail.
+    """
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return uacrypto.CertProperties(str(path))  # asyncua's own error names the file
+    kind = "pem" if b"-----BEGIN" in head else "der"
+    return uacrypto.CertProperties(str(path), extension=kind, password=password)
+
+
 def _application_uri(cert_path: Path) -> str | None:
     """The URI in the certificate's subjectAltName: OPC-UA requires it to be our ApplicationUri."""
     try:
@@ -196,8 +211,8 @@ async def _configure_security(client: Client, settings: SessionSettings) -> None
     try:
         await client.set_security(
             getattr(security_policies, f"SecurityPolicy{sec.policy}"),
-            certificate=str(sec.certificate),
-            private_key=str(sec.private_key),
+            certificate=_by_content(sec.certificate),
+            private_key=_by_content(sec.private_key, key_password),
             private_key_password=key_password,
             server_certificate=uacrypto.CertProperties(presented, extension="der"),
             mode=getattr(ua.MessageSecurityMode, sec.mode),

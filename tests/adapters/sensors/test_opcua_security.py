@@ -235,3 +235,20 @@ async def test_config_reads_password_from_its_file(
     password_file.write_text("rotated-wrong\n")
     with pytest.raises(SourceAuthError):
         await a.connect()
+
+
+async def test_a_pem_key_and_certificate_with_any_file_name_are_used(
+    server: FakeCduServer, pki: Pki, tmp_path: Path
+) -> None:
+    """A PEM key named like a systemd credential ("cdu-client.key"), not "*.pem"."""
+    key = tmp_path / "cdu-client.key"
+    key.write_bytes(pki.client.key.read_bytes())
+    cert = tmp_path / "cdu-client.crt"
+    cert.write_bytes(pki.client.cert.read_bytes())
+    a = OpcuaAdapter("cdu", secure_settings(server, pki, client=Identity(cert, key)))
+    try:
+        await a.connect()
+        got = {r.sensor: r for r in await a.read()}
+        assert got["cdu.flow"].quality is Quality.GOOD
+    finally:
+        await a.close()

@@ -25,7 +25,7 @@ type = "nvml"
 
 
 def with_secret(text: str, secret: Path) -> str:
-    return text.replace("/etc/rackguard/webhook.key", str(secret))
+    return text.replace('secret_file = "webhook.key"', f'secret_file = "{secret}"')
 
 
 def test_example_config_loads(secret_file: Path) -> None:
@@ -182,7 +182,7 @@ def test_example_commented_sources_are_valid(
     secret_file: Path, header: str, source: str, kind: str
 ) -> None:
     example = with_secret(EXAMPLE.read_text(), secret_file)
-    example = example.replace("/etc/rackguard/pdu-a.community", str(secret_file))
+    example = example.replace('"pdu-a.community"', f'"{secret_file}"')
     text = uncomment_block(example, header)
     cfg = parse_config(text)
     assert cfg.sources[source].type == kind
