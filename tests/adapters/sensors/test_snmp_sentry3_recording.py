@@ -3,6 +3,7 @@ missing column), served by snmpsim over UDP and read through the shipped profile
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,3 +93,23 @@ async def test_probe_positions_accept_the_device_name_or_the_index(
     got = await _read(snmpsim, SnmpOptions(probe_positions={key: "bottom"}))
     assert got["inlet.bottom.temperature"].labels["probe"] == "bottom"
     assert got["inlet.A2.temperature"].labels["probe"] == "A2"
+
+
+async def test_netbotz_error_status_failure_is_bad_and_alert_levels_are_readings() -> None:
+    recording = RECORDING.parent / "netbotz.snmprec"
+    server = SnmpsimServer([recording])
+    await asyncio.to_thread(server.start)
+    client = V2cClient("127.0.0.1", server.port, b"netbotz", timeout_s=2.0, retries=1)
+    adapter = SnmpAdapter("room", client)
+    try:
+        await adapter.connect()
+        got = {r.sensor: r for r in await adapter.read()}
+    finally:
+        await adapter.close()
+        await asyncio.to_thread(server.stop)
+    assert adapter.profile is not None and adapter.profile.id == "netbotz"
+    assert got["inlet.Rack_Top.temperature"].value == pytest.approx(24.3)
+    bottom = got["inlet.Rack_Bottom.temperature"]
+    assert bottom.quality is Quality.BAD and bottom.reason == "device reports status failure (5)"
+    humidity = got["inlet.Rack_Top.humidity"]
+    assert humidity.quality is Quality.GOOD and humidity.value == pytest.approx(41.2)
