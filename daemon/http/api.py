@@ -301,6 +301,8 @@ async def events(request: web.Request) -> web.StreamResponse:
                 break
             pending = None
             await resp.write(event.encode())
+    except ConnectionResetError:
+        pass  # the client left between two events: nothing to tell it, nothing to log
     finally:
         if pending is not None and not pending.done():
             pending.cancel()

@@ -45,6 +45,8 @@ async def test_fahrenheit_scale_column_converts_to_celsius(snmpsim: SnmpsimServe
     assert a2.value == pytest.approx(23.61, abs=0.01)  # 74.5 degF
     # The Celsius probes of the same unit stay as they are.
     assert got["inlet.B2.temperature"].value == pytest.approx(23.1)
+    # Without a scale column (old firmware) the value is in whole degrees C.
+    assert got["inlet.C1.temperature"].value == pytest.approx(22.0)
     # Probes are named as the device's UI names them.
     assert a1.labels["probe"] == "A1" and a1.labels["description"] == "Rack_Front_Bottom"
     assert got["inlet.A1.humidity"].value == 45.0
