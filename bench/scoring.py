@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 from bench.report import Row
 from fakes.sim import list_scenarios, load_scenario
-from fakes.sim.scenario import EventKind, Scenario
+from fakes.sim.scoring import DecisionScore, first_actions, first_crossing, onset
 from fakes.sim.trace_writer import scenario_readings
 from policies.model import Action, Quality, Reading, SensorKind
 from policies.replay import replay_readings
@@ -42,7 +42,6 @@ from policies.tracking import Tracker
 from policies.window import BucketWindow
 
 HORIZONS = (60.0, 300.0)
-LOAD_EVENTS = (EventKind.JOB_START, EventKind.JOB_STOP, EventKind.POWER_CAP)
 SLOW_EVENTS = ("chiller-loss", "crac-loss")
 FAST_EVENTS = ("pump-failure",)
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,35 +90,10 @@ class ErrorSums:
 
 
 @dataclass
-class ScenarioScore:
-    """What one scenario replay gave."""
+class ScenarioScore(DecisionScore):
+    """What one scenario replay gave: the shared decision score plus forecast errors."""
 
-    name: str
-    onset_s: float | None
-    crossing_s: float | None
-    first_action_s: dict[str, float]
-    expected: tuple[str, ...]
     errors: dict[tuple[str, float], ErrorSums] = field(default_factory=dict)
-
-    @property
-    def false_drains(self) -> int:
-        """Nodes acted on that were not expected to be."""
-        return len(set(self.first_action_s) - set(self.expected))
-
-    @property
-    def drain_s(self) -> float | None:
-        """The first action of the last expected node acted on (None if one never was)."""
-        times = [self.first_action_s.get(n) for n in self.expected]
-        if not times or any(t is None for t in times):
-            return None
-        return max(t for t in times if t is not None)
-
-    @property
-    def lead_s(self) -> float | None:
-        """Crossing minus drain, for the worst expected node."""
-        if self.crossing_s is None or self.drain_s is None:
-            return None
-        return self.crossing_s - self.drain_s
 
 
 class _Series:
@@ -134,28 +108,18 @@ class _Series:
         self.forecasts: list[tuple[float, float, float, float]] = []  # t, p, f60, f300
 
 
-def _onset(sc: Scenario) -> float | None:
-    faults = [e.at_s for e in sc.events if e.kind not in LOAD_EVENTS]
-    return min(faults) if faults else None
-
-
 def score_scenario(name: str, settings: PolicySettings) -> ScenarioScore:
     """Replay one scenario through the policy and its forecasters."""
     sc = load_scenario(name)
     header, readings = scenario_readings(sc)
     readings_list = list(readings)
-    crossing = None
-    for r in readings_list:
-        hot = r.value is not None and r.value >= sc.rack.model.slowdown_c
-        if r.kind is SensorKind.GPU_TEMPERATURE and r.usable and hot:
-            crossing = r.mono
-            break
-    first: dict[str, float] = {}
-    for tick in replay_readings(header, readings_list, settings):
-        for d in tick.decisions:
-            if d.action is not Action.RESUME:
-                first.setdefault(d.node, tick.now)
-    score = ScenarioScore(name, _onset(sc), crossing, first, sc.expect.drained_nodes)
+    crossing = first_crossing(sc, readings_list)
+    first = first_actions(
+        (tick.now, d.node, d.action.value)
+        for tick in replay_readings(header, readings_list, settings)
+        for d in tick.decisions
+    )
+    score = ScenarioScore(name, onset(sc), crossing, first, sc.expect.drained_nodes)
     score.errors = forecast_errors(header, readings_list, settings)
     return score
 

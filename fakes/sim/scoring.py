@@ -1,0 +1,116 @@
+"""Scoring decisions against a scenario's ground truth: lead times and false drains.
+
+Shared by the bench's scenario table (bench/scoring.py) and `rackguard-sim score`:
+
+* onset: the fault's start (the first event other than a job start, stop or
+  power cap, or the first fault applied through the harness);
+* crossing: the first GPU reading at or above its slowdown temperature;
+* drain: the first drain or exclusion of the last expected node to be acted on;
+* lead: crossing minus that drain (the worst node's);
+* false drains: nodes acted on that the scenario's ``[expect]`` does not list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from fakes.sim.scenario import EventKind, Scenario
+from policies.model import Reading, SensorKind
+
+LOAD_EVENTS = (EventKind.JOB_START, EventKind.JOB_STOP, EventKind.POWER_CAP)
+ACTIONS = ("drain", "exclude")  # what counts as taking a node out
+
+
+def onset(scenario: Scenario) -> float | None:
+    """When the scenario's first fault starts (None: no fault in its timeline)."""
+    faults = [e.at_s for e in scenario.events if e.kind not in LOAD_EVENTS]
+    return min(faults) if faults else None
+
+
+def first_crossing(scenario: Scenario, readings: Iterable[Reading]) -> float | None:
+    """The time of the first usable GPU reading at or above the model's slowdown temperature."""
+    slowdown = scenario.rack.model.slowdown_c
+    for r in readings:
+        hot = r.value is not None and r.value >= slowdown
+        if r.kind is SensorKind.GPU_TEMPERATURE and r.usable and hot:
+            return r.mono
+    return None
+
+
+def first_actions(decisions: Iterable[tuple[float, str, str]]) -> dict[str, float]:
+    """Each node's first drain or exclusion time, from (t, node, action) in any order."""
+    first: dict[str, float] = {}
+    for t, node, action in sorted(decisions):
+        if action in ACTIONS:
+            first.setdefault(node, t)
+    return first
+
+
+@dataclass
+class DecisionScore:
+    """What a run's decisions give against its ground truth (times in simulated seconds)."""
+
+    name: str
+    onset_s: float | None
+    crossing_s: float | None
+    first_action_s: Mapping[str, float]
+    expected: tuple[str, ...]
+
+    @property
+    def false_drains(self) -> int:
+        """Nodes acted on that were not expected to be."""
+        return len(set(self.first_action_s) - set(self.expected))
+
+    @property
+    def missed(self) -> tuple[str, ...]:
+        """Expected nodes never acted on."""
+        return tuple(n for n in self.expected if n not in self.first_action_s)
+
+    @property
+    def drain_s(self) -> float | None:
+        """The first action of the last expected node acted on (None if one never was)."""
+        times = [self.first_action_s.get(n) for n in self.expected]
+        if not times or any(t is None for t in times):
+            return None
+        return max(t for t in times if t is not None)
+
+    @property
+    def lead_s(self) -> float | None:
+        """Crossing minus drain, for the worst expected node."""
+        if self.crossing_s is None or self.drain_s is None:
+            return None
+        return self.crossing_s - self.drain_s
+
+    @property
+    def passed(self) -> bool:
+        """No false drain, every expected node acted on, and before any crossing."""
+        if self.false_drains or self.missed:
+            return False
+        return self.lead_s is None or self.lead_s > 0
+
+    def lines(self) -> list[str]:
+        """The score as the bench prints it, one row per line."""
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.0f} s"
+
+        window = (
+            self.crossing_s - self.onset_s
+            if self.crossing_s is not None and self.onset_s is not None
+            else None
+        )
+        out = [f"scenario {self.name}"]
+        out.append(f"  fault onset                        {fmt(self.onset_s)}")
+        out.append(f"  first GPU at slowdown              {fmt(self.crossing_s)}")
+        out.append(f"  warning window                     {fmt(window)}")
+        for node, t in sorted(self.first_action_s.items(), key=lambda kv: kv[1]):
+            tag = "" if node in self.expected else "  (FALSE DRAIN)"
+            out.append(f"  {node} drained at {fmt(t)}{tag}")
+        for node in self.missed:
+            out.append(f"  {node} expected drained: NEVER")
+        out.append(f"  last expected node drained at      {fmt(self.drain_s)}")
+        out.append(f"  lead time (crossing - drain)       {fmt(self.lead_s)}  target > 0")
+        out.append(f"  false drains                       {self.false_drains}  target 0")
+        out.append(f"  outcome                            {'PASS' if self.passed else 'FAIL'}")
+        return out
