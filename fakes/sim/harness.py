@@ -273,6 +273,7 @@ class Harness:
             )
         except ScenarioError as err:
             raise FaultError(f"{spec.name}: {str(err).removeprefix('inject: event.')}") from err
+        self.rack.advance(0.0)  # a fresh snapshot: the fault shows at once, not at the next step
         self._publish_gpus()
 
     def _gpu_fault(self, spec: FaultSpec, params: dict[str, Any]) -> None:

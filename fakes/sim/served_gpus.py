@@ -68,7 +68,7 @@ class ServedNvml(FakeNvml):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self.problem = ""
         super().__init__([])
         self._refresh()
@@ -79,7 +79,7 @@ class ServedNvml(FakeNvml):
         except OSError as err:
             self.problem = f"{self.path}: {err.strerror or err}"
             return None
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)  # each write is a new file (rename)
         if stamp == self._stamp:
             return None
         try:

@@ -9,11 +9,13 @@ injected through the control API; the drain must reach the receiver, and
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -51,10 +53,9 @@ drained_nodes = ["stage-01"]
 """
 
 
-def daemon_config(api_port: int, run: dict[str, object], url: str, tmp: Path) -> str:
+def daemon_config(api_port: int, run: dict[str, Any], url: str, tmp: Path) -> str:
     """An ordinary node config; time settings divided by SPEED (see docs/scenarios.md)."""
     ep = run["endpoints"]
-    assert isinstance(ep, dict)
     probes = ", ".join(f'"{k}" = "{v}"' for k, v in ep["pdu"]["probe_positions"].items())
     s = SPEED
     return f"""
@@ -143,7 +144,20 @@ def _spawn(
     return p
 
 
-async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, object]]:
+async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` to its end, off the event loop."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        check=False,
+    )
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
     try:
         async with session.get(url) as rsp:
             return rsp.status, orjson.loads(await rsp.read())
@@ -185,14 +199,7 @@ async def test_game_day_pump_failure_drains_and_scores(
             api_port = free_port()
             config = tmp_path / "rackguard.toml"
             config.write_text(daemon_config(api_port, run, url, tmp_path))
-            check = subprocess.run(
-                [sys.executable, "-m", "daemon.cli", "check-config", str(config)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env=_env(),
-                check=False,
-            )
+            check = await _cli("daemon.cli", "check-config", str(config))
             assert check.returncode == 0, check.stdout + check.stderr
             daemon_log = tmp_path / "daemon.log"
             daemon = _spawn(
@@ -210,9 +217,7 @@ async def test_game_day_pump_failure_drains_and_scores(
             )
             assert daemon.poll() is None, daemon_log.read_text()
             _, body = await _get(http, f"{api}/v1/state")
-            sources = body["sources"]
-            assert isinstance(sources, dict)
-            assert {n: s["health"] for n, s in sources.items()} == {
+            assert {n: s["health"] for n, s in body["sources"].items()} == {
                 "gpus": "up",
                 "pdu": "up",
                 "cdu": "up",
@@ -236,35 +241,22 @@ async def test_game_day_pump_failure_drains_and_scores(
             assert drain["node"] == "stage-01"
             assert drain["action"] in ("drain", "exclude")
             _, status = await _get(http, f"http://{control}/v1/status")
-            assert [f["fault"] for f in status["faults"]] == ["pump_fail"]  # type: ignore[index,union-attr]
+            assert [f["fault"] for f in status["faults"]] == ["pump_fail"]
 
-        scored = subprocess.run(
-            [
-                sys.executable, "-m", "fakes.sim.cli", "score", str(scenario),
-                f"{api}/v1/decisions", "--run", str(state / "run.json"), "--wait", "30",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=_env(),
-            check=False,
-        )  # fmt: skip
+        run_record = str(state / "run.json")
+        decisions = f"{api}/v1/decisions"
+        scored = await _cli(
+            "fakes.sim.cli", "score", str(scenario), decisions, "--run", run_record, "--wait", "30"
+        )
         assert scored.returncode == 0, scored.stdout + scored.stderr
         assert "outcome                            PASS" in scored.stdout
         assert "false drains                       0" in scored.stdout
         assert "stage-01 drained at" in scored.stdout
         # The same log scored from the outbox file gives the same verdict.
-        from_outbox = subprocess.run(
-            [
-                sys.executable, "-m", "fakes.sim.cli", "score", str(scenario),
-                str(tmp_path / "outbox.sqlite3"), "--run", str(state / "run.json"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=_env(),
-            check=False,
-        )  # fmt: skip
+        outbox = str(tmp_path / "outbox.sqlite3")
+        from_outbox = await _cli(
+            "fakes.sim.cli", "score", str(scenario), outbox, "--run", run_record
+        )
         assert from_outbox.returncode == 0, from_outbox.stdout + from_outbox.stderr
     finally:
         await receiver.stop()

@@ -1,0 +1,286 @@
+"""The serve harness in-process, read by the real adapters: SNMPv3, the MIB layouts, faults."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pynvml
+import pytest
+
+from adapters.base import SensorAdapter
+from adapters.errors import SourceError
+from adapters.sensors.nvml import NvmlAdapter
+from daemon.config import parse_config
+from daemon.service.sources import build_adapter
+from fakes.sim import load_scenario
+from fakes.sim.control import start_control
+from fakes.sim.faults import FAULTS, FaultError
+from fakes.sim.harness import Harness, ServeOptions
+from fakes.sim.served_gpus import ServedNvml, node_file
+from fakes.sim.snmp_engine_agent import V3User
+from policies.model import Quality, Reading, SensorKind
+from tests.support.wait import wait_until
+
+AUTH_KEY = "staging-auth-key"
+PRIV_KEY = "staging-priv-key"
+
+
+def _scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "two-nodes.toml"
+    path.write_text(
+        """
+name = "two-nodes"
+description = "Two nodes at work."
+duration_s = 600
+[rack]
+nodes = ["a-01", "a-02"]
+gpus_per_node = 2
+[[events]]
+at_s = 0
+kind = "job_start"
+target = "rack"
+[expect]
+"""
+    )
+    return path
+
+
+@pytest.fixture
+async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    profile = getattr(request, "param", "apc-rpdu2")
+    h = Harness(
+        load_scenario(str(_scenario(tmp_path))),
+        ServeOptions(
+            state_dir=tmp_path / "sim",
+            speed=1.0,
+            pdu_port=0,
+            pdu_profile=profile,
+            v3_users=(V3User("staging", AUTH_KEY, PRIV_KEY),),
+            cdu_port=0,
+        ),
+    )
+    await h.start()
+    try:
+        yield h
+    finally:
+        await h.stop()
+
+
+def _pdu_source(tmp_path: Path, h: Harness, *, v3: bool, auth_key: str = AUTH_KEY) -> SensorAdapter:
+    (tmp_path / "auth").write_text(auth_key)
+    (tmp_path / "priv").write_text(PRIV_KEY)
+    (tmp_path / "community").write_text("public")
+    ep = h.endpoints()["pdu"]
+    probes = ", ".join(f'"{k}" = "{v}"' for k, v in ep["probe_positions"].items())
+    auth = (
+        f'version = "3"\nuser = "staging"\nauth_key_file = "{tmp_path / "auth"}"\n'
+        f'priv_key_file = "{tmp_path / "priv"}"'
+        if v3
+        else f'community_file = "{tmp_path / "community"}"'
+    )
+    cfg = parse_config(
+        f"""
+[node]
+name = "a-01"
+rack = "r"
+[sources.pdu]
+type = "snmp"
+host = "127.0.0.1"
+port = {ep["port"]}
+profile = "{ep["profile"]}"
+probe_positions = {{ {probes} }}
+retries = 0
+{auth}
+[scheduler]
+type = "webhook"
+url = "http://127.0.0.1:9/x"
+secret_file = "{tmp_path / "auth"}"
+""",
+        origin="test",
+    )
+    return build_adapter("pdu", cfg.sources["pdu"])
+
+
+def _inlets(readings: list[Reading] | tuple[Reading, ...]) -> dict[str, Reading]:
+    return {
+        r.labels.get("position", r.sensor): r
+        for r in readings
+        if r.kind is SensorKind.INLET_TEMPERATURE
+    }
+
+
+@pytest.mark.parametrize("harness", ["apc-rpdu2", "raritan-px2", "sentry4"], indirect=True)
+async def test_each_vendor_layout_reads_through_its_shipped_profile_over_v3(
+    tmp_path: Path, harness: Harness
+) -> None:
+    pdu = _pdu_source(tmp_path, harness, v3=True)
+    await pdu.connect()
+    try:
+        inlets = _inlets(list(await pdu.read()))
+    finally:
+        await pdu.close()
+    truth = harness.rack.snapshot.inlet_c
+    got = {
+        label: r
+        for label in truth
+        for name, r in inlets.items()
+        if label in name or r.labels.get("position") == label
+    }
+    assert set(got) == set(truth), inlets
+    for label, r in got.items():
+        assert r.quality is Quality.GOOD
+        assert r.value == pytest.approx(truth[label], abs=0.06)  # one decimal on the wire
+
+
+async def test_pdu_faults_wrong_keys_garbage_and_silence(tmp_path: Path, harness: Harness) -> None:
+    wrong = _pdu_source(tmp_path, harness, v3=True, auth_key="not-the-auth-key")
+    try:
+        with pytest.raises(SourceError, match="WrongDigest"):
+            await wrong.connect()
+            await wrong.read()
+    finally:
+        await wrong.close()
+
+    pdu = _pdu_source(tmp_path, harness, v3=False)
+    await pdu.connect()
+    try:
+        harness.apply("pdu_garbage", {})
+        bad = _inlets(list(await pdu.read()))
+        assert bad and all(r.quality is Quality.BAD and r.reason for r in bad.values())
+        harness.apply("pdu_ok", {})
+        good = _inlets(list(await pdu.read()))
+        assert good and all(r.quality is Quality.GOOD for r in good.values())
+        harness.apply("pdu_silent", {})
+        before = harness.pdu.requests
+        with pytest.raises(SourceError, match="no answer"):
+            await pdu.read()
+        assert harness.pdu.requests > before  # it was asked, and said nothing
+    finally:
+        await pdu.close()
+
+
+def _gpu_adapter(h: Harness, node: str) -> NvmlAdapter:
+    return NvmlAdapter("gpus", ServedNvml(node_file(h.options.state_dir, node)))
+
+
+def _temps(readings: list[Reading] | tuple[Reading, ...]) -> dict[str, Reading]:
+    return {r.sensor: r for r in readings if r.kind is SensorKind.GPU_TEMPERATURE}
+
+
+async def test_served_gpus_follow_the_simulator_and_take_gpu_faults(harness: Harness) -> None:
+    gpus = _gpu_adapter(harness, "a-02")
+    await gpus.connect()
+    try:
+        temps = _temps(list(await gpus.read()))
+        truth = harness.rack.snapshot.node("a-02").gpus
+        assert set(temps) == {"gpu0.temperature", "gpu1.temperature"}
+        assert temps["gpu1.temperature"].value == round(truth[1].temperature_c)
+
+        harness.apply("sensor_stick", {"node": "a-02", "gpu": 0})
+        stuck = harness.stuck[("a-02", 0)]
+        harness.rack.advance(120.0)  # the GPU moves on; its sensor does not
+        harness._publish_gpus()
+        assert harness.rack.snapshot.node("a-02").gpus[0].temperature_c != stuck
+        temps = _temps(list(await gpus.read()))
+        assert temps["gpu0.temperature"].value == round(stuck)
+
+        harness.apply("sensor_drop", {"target": "a-02", "gpu": 1, "duration_s": 30})
+        temps = _temps(list(await gpus.read()))
+        assert temps["gpu1.temperature"].quality is Quality.BAD
+        assert "NVML_ERROR_UNKNOWN" in temps["gpu1.temperature"].reason
+
+        harness.apply("gpu_lost", {"node": "a-02", "gpu": 1})
+        readings = list(await gpus.read())
+        lost = [r for r in readings if r.labels.get("gpu") == "1"]
+        assert lost and all(r.quality is Quality.BAD for r in lost)
+        assert any("GPU_IS_LOST" in r.reason for r in lost)
+    finally:
+        await gpus.close()
+    # The other node's GPUs are untouched.
+    other = ServedNvml(node_file(harness.options.state_dir, "a-01"))
+    other.nvmlInit()
+    assert not any(g.lost for g in other.gpus)
+
+
+def test_a_missing_node_file_fails_every_call_rather_than_inventing_gpus(tmp_path: Path) -> None:
+    nvml = ServedNvml(tmp_path / "nope.json")
+    with pytest.raises(pynvml.NVMLError) as err:
+        nvml.nvmlInit()
+    assert err.value.value == pynvml.NVML_ERROR_UNKNOWN
+    assert "nope.json" in nvml.problem
+    (tmp_path / "garbage.json").write_text("{not json")
+    bad = ServedNvml(tmp_path / "garbage.json")
+    with pytest.raises(pynvml.NVMLError):
+        bad.nvmlInit()
+    assert "unreadable" in bad.problem
+
+
+async def test_simulator_faults_change_the_rack_and_are_recorded(harness: Harness) -> None:
+    harness.apply("pump_fail", {"residual_flow_pct": 3})
+    harness.rack.advance(30.0)
+    assert not harness.rack.snapshot.cdu.pump_running
+    assert harness.rack.snapshot.cdu.flow_lpm < 10
+    harness.apply("inlet_ramp", {"rate_c_per_min": 2.0})
+    record = harness.run_record()
+    assert [f["fault"] for f in record["faults"]] == ["pump_fail", "inlet_ramp"]
+    assert record["faults"][0]["params"] == {"residual_flow_pct": 3.0}
+    on_disk = (harness.options.state_dir / "run.json").read_text()
+    assert '"inlet_ramp"' in on_disk
+
+
+BAD_REQUESTS: list[tuple[str, dict[str, object], str]] = [
+    ("pump_explode", {}, "unknown fault 'pump_explode' (known: pump_fail, pump_restore"),
+    ("pump_fail", {"residual_flow_pct": 300}, "residual_flow_pct: must be at most 100"),
+    ("pump_fail", {"residual": 3}, "pump_fail: residual: unknown parameter"),
+    ("sensor_stick", {"node": "a-01"}, "sensor_stick: gpu: required parameter is missing"),
+    ("sensor_stick", {"node": "zz", "gpu": 0}, "node: unknown node 'zz' (nodes: a-01, a-02)"),
+    ("sensor_drop", {"target": "a-01", "gpu": 7}, "gpu: must be below gpus_per_node (2)"),
+    ("pdu_slow", {"delay_s": "soon"}, "pdu_slow: delay_s: must be a number"),
+]
+
+
+async def test_bad_fault_requests_name_the_key_and_change_nothing(harness: Harness) -> None:
+    for name, params, message in BAD_REQUESTS:
+        with pytest.raises(FaultError) as err:
+            harness.apply(name, params)
+        assert message in str(err.value), name
+    assert harness.history == []
+    assert harness.pdu.mode == "ok"
+
+
+async def test_control_api_applies_lists_and_refuses(harness: Harness) -> None:
+    runner = await start_control(harness, "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/v1/faults") as rsp:
+                listed = await rsp.json()
+            assert {f["name"] for f in listed["faults"]} == set(FAULTS)
+            async with http.post(f"{base}/v1/faults/cdu_restart", json={"downtime_s": 0}) as rsp:
+                assert rsp.status == 200
+            old = harness.cdu.node_id("flow")
+            await wait_until(
+                lambda: harness.cdu.node_id("flow") != old and harness.cdu.publishes > 0,
+                timeout=30,
+                what="the CDU back with new NodeIds",
+            )
+            async with http.post(f"{base}/v1/faults/nope", data=b"") as rsp:
+                assert rsp.status == 400
+                assert "known: pump_fail" in (await rsp.json())["error"]
+            async with http.post(f"{base}/v1/faults/pump_fail", data=b"[1]") as rsp:
+                assert rsp.status == 400
+                assert "JSON object" in (await rsp.json())["error"]
+            async with http.get(f"{base}/v1/status") as rsp:
+                status = await rsp.json()
+            assert [f["fault"] for f in status["faults"]] == ["cdu_restart"]
+            assert status["rack"]["pump_running"] is True
+    finally:
+        await runner.cleanup()
+
+
+async def test_control_api_refuses_a_non_loopback_address(harness: Harness) -> None:
+    with pytest.raises(ValueError, match="not a loopback address"):
+        await start_control(harness, "0.0.0.0", 0)
