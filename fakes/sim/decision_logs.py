@@ -84,13 +84,15 @@ def read_file(path: Path) -> list[Row]:
         except sqlite3.Error as err:
             raise LogError(f"{path}: not a rackguard outbox: {err}") from err
     try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        whole = None  # JSON lines
+    if isinstance(whole, list) or (isinstance(whole, dict) and "items" in whole):
         return [
             row
-            for i, item in enumerate(_items(orjson.loads(data), str(path)))
+            for i, item in enumerate(_items(whole, str(path)))
             if (row := _row(item, f"{path} item {i}")) is not None
         ]
-    except orjson.JSONDecodeError:
-        pass  # JSON lines
     rows: list[Row] = []
     for n, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
