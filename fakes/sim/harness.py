@@ -100,6 +100,7 @@ class Harness:
         self.wall_start = 0.0
         self._mono_start = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._publish_failing = False
 
     # --- clock ------------------------------------------------------------------------
 
@@ -131,8 +132,8 @@ class Harness:
             target = self._target_t()
             if target > self.rack.t:
                 self.rack.advance(target - self.rack.t)
-                self._publish_gpus()
                 self._check_crossing()
+                self._publish_gpus_logged()
             now = time.monotonic()
             if now >= next_cdu:
                 next_cdu = now + CDU_PUBLISH_S
@@ -151,6 +152,19 @@ class Harness:
         self._write_run()
 
     # --- publishing -------------------------------------------------------------------
+
+    def _publish_gpus_logged(self) -> None:
+        """Publish, logging a failure once (a full disk) and the recovery; the rack runs on."""
+        try:
+            self._publish_gpus()
+        except OSError as err:
+            if not self._publish_failing:
+                log.warning("cannot write the GPU files in %s: %s", self.options.state_dir, err)
+            self._publish_failing = True
+            return
+        if self._publish_failing:
+            log.info("GPU files in %s written again", self.options.state_dir)
+            self._publish_failing = False
 
     def _publish_gpus(self) -> None:
         for node, gpus in self.rack.gpus_by_node.items():
@@ -213,10 +227,11 @@ class Harness:
         }
 
     def _write_run(self) -> None:
-        write_atomic(
-            self.options.state_dir / "run.json",
-            orjson.dumps(self.run_record(), option=orjson.OPT_INDENT_2),
-        )
+        path = self.options.state_dir / "run.json"
+        try:
+            write_atomic(path, orjson.dumps(self.run_record(), option=orjson.OPT_INDENT_2))
+        except OSError as err:  # a full disk: the run goes on, `score` will lack this record
+            log.warning("cannot write the run record %s: %s", path, err)
 
     def status(self) -> dict[str, Any]:
         """The run record plus what the rack looks like now."""

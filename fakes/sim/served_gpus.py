@@ -5,8 +5,8 @@ simulator step, atomically (a temporary file renamed over the old one), so a
 reader never sees half a file. :class:`ServedNvml` is the fake NVML over such a
 file: before each call it reloads the file when it changed and copies the values
 into its FakeGpus in place (handles stay valid). A file that is missing or not
-ours makes every call fail with NVML_ERROR_UNKNOWN (naming the file in the log
-of whoever catches it) rather than report made-up GPUs.
+ours, or one not rewritten for STALE_AFTER_S (serve stopped), makes every call
+fail with NVML_ERROR_UNKNOWN rather than report made-up or frozen GPUs.
 
 A daemon reads a node's file through ``fakes.nvml_module`` with
 ``RACKGUARD_SIM_GPUS=STATE_DIR/gpus/NODE.json`` in its environment.
@@ -15,6 +15,7 @@ A daemon reads a node's file through ``fakes.nvml_module`` with
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from fakes.nvml import FakeNvml
 
 FORMAT = "rackguard-sim-gpus"
 ENV_VAR = "RACKGUARD_SIM_GPUS"
+STALE_AFTER_S = 10.0  # a file not rewritten for this long: serve is gone, the GPUs unknown
 _STATE_FIELDS = (
     "temperature_c",
     "memory_temperature_c",
@@ -56,6 +58,7 @@ def encode_node(node: str, model_key: str, gpus: list[FakeGpu]) -> bytes:
             "format": FORMAT,
             "node": node,
             "model": model_key,
+            "written_at": time.time(),
             "gpus": [
                 {k: v for k, v in asdict(g).items() if k not in ("model", "delay_s")} for g in gpus
             ],
@@ -69,6 +72,7 @@ class ServedNvml(FakeNvml):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._stamp: tuple[int, int, int] | None = None
+        self._written_at = 0.0
         self.problem = ""
         super().__init__([])
         self._refresh()
@@ -91,6 +95,7 @@ class ServedNvml(FakeNvml):
             self.problem = f"{self.path}: not a {FORMAT} file"
             return None
         self._stamp = stamp
+        self._written_at = float(data.get("written_at", 0.0))
         self.problem = ""
         return data
 
@@ -111,6 +116,11 @@ class ServedNvml(FakeNvml):
 
     def _enter(self, name: str, *, need_init: bool = True) -> None:
         self._refresh()
+        age = time.time() - self._written_at
+        if not self.problem and age > STALE_AFTER_S:
+            self.problem = (
+                f"{self.path}: not rewritten for {age:.0f} s (is rackguard-sim serve up?)"
+            )
         super()._enter(name, need_init=need_init)
         if self.problem and name != "nvmlShutdown":
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pynvml
 import pytest
 
@@ -14,11 +15,18 @@ from adapters.errors import SourceError
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.service.sources import build_adapter
+from fakes.gpus import H100_SXM, make_gpus
 from fakes.sim import load_scenario
 from fakes.sim.control import start_control
 from fakes.sim.faults import FAULTS, FaultError
 from fakes.sim.harness import Harness, ServeOptions
-from fakes.sim.served_gpus import ServedNvml, node_file
+from fakes.sim.served_gpus import (
+    STALE_AFTER_S,
+    ServedNvml,
+    encode_node,
+    node_file,
+    write_atomic,
+)
 from fakes.sim.snmp_engine_agent import V3User
 from policies.model import Quality, Reading, SensorKind
 from tests.support.wait import wait_until
@@ -284,3 +292,35 @@ async def test_control_api_applies_lists_and_refuses(harness: Harness) -> None:
 async def test_control_api_refuses_a_non_loopback_address(harness: Harness) -> None:
     with pytest.raises(ValueError, match="not a loopback address"):
         await start_control(harness, "0.0.0.0", 0)
+
+
+def test_a_node_file_no_longer_rewritten_is_unknown_not_frozen(tmp_path: Path) -> None:
+    path = tmp_path / "n.json"
+    gpus = make_gpus(H100_SXM, 1)
+    write_atomic(path, encode_node("n", "h100-sxm", gpus))
+    nvml = ServedNvml(path)
+    nvml.nvmlInit()
+    assert nvml.nvmlDeviceGetCount() == 1
+    old = orjson.loads(path.read_bytes())
+    old["written_at"] -= STALE_AFTER_S + 1  # serve stopped writing a while ago
+    write_atomic(path, orjson.dumps(old))
+    with pytest.raises(pynvml.NVMLError):
+        nvml.nvmlDeviceGetCount()
+    assert "not rewritten for" in nvml.problem
+
+
+async def test_a_full_disk_stops_the_gpu_files_not_the_rack(harness: Harness) -> None:
+    gpus_dir = harness.options.state_dir / "gpus"
+    for f in gpus_dir.iterdir():
+        f.unlink()
+    gpus_dir.rmdir()
+    gpus_dir.write_text("a file where the folder was: every write fails")
+    harness._publish_gpus_logged()  # logs once, raises nothing
+    harness.rack.advance(5.0)
+    harness._publish_gpus_logged()
+    assert harness._publish_failing
+    gpus_dir.unlink()
+    gpus_dir.mkdir()
+    harness._publish_gpus_logged()
+    assert not harness._publish_failing
+    assert node_file(harness.options.state_dir, "a-01").exists()
