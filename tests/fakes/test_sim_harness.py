@@ -15,6 +15,7 @@ from adapters.errors import SourceError
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.service.sources import build_adapter
+from fakes.cdu_server import nodesets_available
 from fakes.gpus import H100_SXM, make_gpus
 from fakes.sim import load_scenario
 from fakes.sim.control import start_control
@@ -29,7 +30,8 @@ from fakes.sim.served_gpus import (
 )
 from fakes.sim.snmp_engine_agent import V3User
 from policies.model import Quality, Reading, SensorKind
-from tests.support.wait import wait_until
+from tests.support.paths import SHARED_DATA
+from tests.support.wait import wait_for_result, wait_until
 
 AUTH_KEY = "staging-auth-key"
 PRIV_KEY = "staging-priv-key"
@@ -324,3 +326,59 @@ async def test_a_full_disk_stops_the_gpu_files_not_the_rack(harness: Harness) ->
     harness._publish_gpus_logged()
     assert not harness._publish_failing
     assert node_file(harness.options.state_dir, "a-01").exists()
+
+
+@pytest.mark.skipif(
+    not nodesets_available(SHARED_DATA / "opcua"),
+    reason="the OPC 40082-1 nodesets are not in ../shared/data/opcua: the TCD model is skipped",
+)
+async def test_tcd_cdu_serves_the_pump_failure_to_the_tcd_profile(tmp_path: Path) -> None:
+    h = Harness(
+        load_scenario(str(_scenario(tmp_path))),
+        ServeOptions(
+            state_dir=tmp_path / "sim",
+            pdu_port=0,
+            cdu_port=0,
+            cdu_model="tcd",
+            nodeset_dir=SHARED_DATA / "opcua",
+        ),
+    )
+    await h.start()
+    (tmp_path / "key").write_text("k")
+    cfg = parse_config(
+        f"""
+[node]
+name = "a-01"
+rack = "r"
+[sources.cdu]
+type = "opcua"
+url = "{h.endpoints()["cdu"]["url"]}"
+profile = "{h.endpoints()["cdu"]["profile"]}"
+[scheduler]
+type = "webhook"
+url = "http://127.0.0.1:9/x"
+secret_file = "{tmp_path / "key"}"
+""",
+        origin="test",
+    )
+    cdu = build_adapter("cdu", cfg.sources["cdu"])
+    try:
+        await cdu.connect()
+        flow = {r.sensor: r for r in await cdu.read()}["cdu.flow"]
+        assert flow.value == pytest.approx(h.rack.snapshot.cdu.flow_lpm, abs=0.01)
+        h.apply("pump_fail", {})
+        h.rack.advance(30.0)
+        await h.cdu.publish(h.rack.snapshot.cdu)
+
+        async def read() -> dict[str, Reading]:
+            return {r.sensor: r for r in await cdu.read()}
+
+        def pump_stopped(r: dict[str, Reading]) -> bool:
+            return r["cdu.pump_state"].value == 0  # delivered by the subscription
+
+        readings = await wait_for_result(read, pump_stopped, timeout=30, what="pump stopped")
+        after = readings["cdu.flow"].value
+        assert after is not None and after < 10
+    finally:
+        await cdu.close()
+        await h.stop()
