@@ -147,13 +147,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole stack on fakes, with a live view."""
     from fakes.demo import run_demo  # noqa: PLC0415 - only the demo imports fakes
-    from fakes.sim import ScenarioError, load_scenario  # noqa: PLC0415
 
-    try:
-        load_scenario(args.scenario)  # a user's file: refuse it naming the key, not a traceback
-    except ScenarioError as err:
-        print(f"rackguard demo: {err}", file=sys.stderr)
-        return 2
     return run_async(
         run_demo(scenario=args.scenario, speed=args.speed, live=not args.no_live, seed=args.seed)
     )
@@ -184,9 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmd.add_parser(sub)
 
     demo = sub.add_parser("demo", help="run the whole stack on simulated hardware")
-    demo.add_argument(
-        "--scenario", default="hot-gpu", help="a shipped scenario's name or a scenario file's path"
-    )
+    demo.add_argument("--scenario", default="hot-gpu")
     demo.add_argument(
         "--speed",
         type=float,

@@ -29,7 +29,7 @@ from daemon.service.app import Daemon
 from fakes.cdu_server import FakeCduServer
 from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler, Received
-from fakes.sim import RackSnapshot, SimulatedRack
+from fakes.sim import RackSnapshot, ScenarioError, SimulatedRack, load_scenario
 from fakes.snmp_agent import SimulatedPdu
 from policies.model import Condition
 
@@ -491,8 +491,17 @@ async def run_demo(
     live: bool = True,
     seed: int | None = None,
 ) -> int:
-    """The `rackguard demo` command; exit 0 when the outcome matches the scenario's truth."""
+    """The `rackguard demo` command; exit 0 when the outcome matches the scenario's truth.
+
+    ``scenario`` is a shipped scenario's name or a scenario file's path; a file
+    that cannot be used is refused with exit 2 and one line naming its key.
+    """
     live = live and sys.stdout.isatty()
+    try:
+        load_scenario(scenario)
+    except ScenarioError as err:
+        print(f"rackguard demo: {err}", file=sys.stderr)
+        return 2
     with contextlib.suppress(KeyboardInterrupt):
         result = await run_scenario(scenario, speed=speed, seed=seed, live=live)
         print(summary(result), flush=True)

@@ -1,4 +1,4 @@
-"""The `rackguard-sim` command (simulation install only): serve, fault, status, score, trace, check.
+"""`rackguard-sim` (simulation install only): serve, node, fault, status, score, trace, check.
 
 Exit status: 0 done (for ``score``: the run passed), 1 the score failed or the
 harness could not be reached, 2 bad input (a scenario, an argument or a fault
@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -239,6 +240,30 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# --- node ------------------------------------------------------------------------------
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """A `rackguard` command (run, probe, check-config) on a simulated node's GPUs."""
+    import inspect  # noqa: PLC0415
+
+    from daemon import cli as daemon_cli  # noqa: PLC0415 - only this verb runs the daemon
+    from fakes.sim.served_gpus import ServedNvml, as_module  # noqa: PLC0415
+
+    rest = list(args.rackguard_args)
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if not rest:
+        raise UsageError("node: give the rackguard command to run, e.g. -- run --config FILE")
+    nvml = ServedNvml(Path(args.gpus))
+    run: Callable[..., int] = daemon_cli.main
+    if "nvml" in inspect.signature(run).parameters:
+        return run(rest, nvml=nvml)  # a daemon that takes an injected (loudly simulated) NVML
+    # A daemon that imports its binding by name: the name it imports ("pynvml") is this one.
+    sys.modules["pynvml"] = as_module(nvml)
+    return run(rest)
+
+
 # --- score -----------------------------------------------------------------------------
 
 
@@ -344,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nodeset-dir", help="the OPC 40082-1 nodesets (for --cdu-model tcd)")
     s.add_argument("--control", default=DEFAULT_CONTROL, help="control API HOST:PORT (loopback)")
 
+    n = sub.add_parser(
+        "node", help="run a rackguard command on a simulated node's GPUs (the file serve writes)"
+    )
+    n.add_argument("--gpus", required=True, help="STATE_DIR/gpus/NODE.json")
+    n.add_argument("rackguard_args", nargs=argparse.REMAINDER, help="-- run --config FILE")
+
     f = sub.add_parser("fault", help="apply a fault to a running harness ('list' lists them)")
     f.add_argument("name")
     f.add_argument("params", nargs="*", help="KEY=VALUE parameters")
@@ -378,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return cmd_serve(args)
+        if args.command == "node":
+            return cmd_node(args)
         handlers = {
             "fault": cmd_fault,
             "status": cmd_status,

@@ -2,8 +2,8 @@
 
 The simulator runs ``speed`` simulated seconds per wall second. After every
 step the harness publishes the rack: each node's GPUs to a shared file
-(fakes/sim/served_gpus.py) that ``fakes.nvml_module`` reads in a daemon's
-process, the PDU as an SNMP v2c/v3 agent laid out in a chosen vendor's MIB, the
+(fakes/sim/served_gpus.py) that a daemon started by ``rackguard-sim node``
+reads as its NVML, the PDU as an SNMP v2c/v3 agent laid out in a chosen vendor's MIB, the
 CDU as an OPC-UA server (generic or OPC 40082-1 TCD). Faults (fakes/sim/faults.py)
 are applied on demand through :meth:`Harness.apply`; what happened — every
 fault with its simulated time, the first GPU at its slowdown temperature — is

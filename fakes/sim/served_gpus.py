@@ -8,14 +8,16 @@ into its FakeGpus in place (handles stay valid). A file that is missing or not
 ours, or one not rewritten for STALE_AFTER_S (serve stopped), makes every call
 fail with NVML_ERROR_UNKNOWN rather than report made-up or frozen GPUs.
 
-A daemon reads a node's file through ``fakes.nvml_module`` with
-``RACKGUARD_SIM_GPUS=STATE_DIR/gpus/NODE.json`` in its environment.
+A daemon reads a node's file when started by ``rackguard-sim node --gpus FILE --
+run --config rackguard.toml``: the real `rackguard` command, the real NVML
+adapter, an ordinary config, with this fake injected as the NVML binding.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import types
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,6 @@ from fakes.gpus import MODELS, FakeGpu, GpuModel
 from fakes.nvml import FakeNvml
 
 FORMAT = "rackguard-sim-gpus"
-ENV_VAR = "RACKGUARD_SIM_GPUS"
 STALE_AFTER_S = 10.0  # a file not rewritten for this long: serve is gone, the GPUs unknown
 _STATE_FIELDS = (
     "temperature_c",
@@ -71,30 +72,35 @@ class ServedNvml(FakeNvml):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._stamp: tuple[int, int, int] | None = None
+        self._raw = b""
         self._written_at = 0.0
         self.problem = ""
         super().__init__([])
         self._refresh()
 
     def _load(self) -> dict[str, Any] | None:
+        """The file's content when it changed since the last call, else None.
+
+        It is read whole every time (a few KB): a stat stamp can miss a rewrite
+        within one timestamp tick, and a reading must never lag the rack.
+        """
         try:
-            st = self.path.stat()
+            raw = self.path.read_bytes()
         except OSError as err:
             self.problem = f"{self.path}: {err.strerror or err}"
+            self._raw = b""
             return None
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)  # each write is a new file (rename)
-        if stamp == self._stamp:
+        if raw == self._raw:
             return None
+        self._raw = raw
         try:
-            data = orjson.loads(self.path.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as err:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
             self.problem = f"{self.path}: unreadable: {err}"
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             self.problem = f"{self.path}: not a {FORMAT} file"
             return None
-        self._stamp = stamp
         self._written_at = float(data.get("written_at", 0.0))
         self.problem = ""
         return data
@@ -124,3 +130,12 @@ class ServedNvml(FakeNvml):
         super()._enter(name, need_init=need_init)
         if self.problem and name != "nvmlShutdown":
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+
+def as_module(nvml: FakeNvml, name: str = "pynvml") -> types.ModuleType:
+    """A module object with the fake's functions and constants, shaped like nvidia-ml-py's."""
+    module = types.ModuleType(name, "rackguard-sim: a simulated node's NVML")
+    for attr in dir(nvml):
+        if not attr.startswith("_"):
+            setattr(module, attr, getattr(nvml, attr))
+    return module

@@ -1,7 +1,8 @@
 """A staging game day: `rackguard-sim serve` with a user's scenario, a real `rackguard run` on it.
 
-The daemon runs as its own process with an ordinary config file: GPUs through the
-fake NVML reading the node file serve publishes, the PDU over SNMP, the CDU over
+The daemon runs as its own process with an ordinary config file (no simulation
+setting in it), started by `rackguard-sim node`: GPUs through the fake NVML
+reading the node file serve publishes, the PDU over SNMP, the CDU over
 OPC-UA, decisions to a webhook receiver (fakes/scheduler.py). A pump failure is
 injected through the control API; the drain must reach the receiver, and
 `rackguard-sim score` on the daemon's /v1/decisions must pass.
@@ -66,7 +67,6 @@ rack = "staging-rack"
 port = {api_port}
 [sources.gpus]
 type = "nvml"
-binding = "fakes.nvml_module"
 interval_s = {1.0 / s}
 timeout_s = {0.8 / s}
 [sources.pdu]
@@ -202,11 +202,21 @@ async def test_game_day_pump_failure_drains_and_scores(
             check = await _cli("daemon.cli", "check-config", str(config))
             assert check.returncode == 0, check.stdout + check.stderr
             daemon_log = tmp_path / "daemon.log"
+            gpus = str(state / "gpus" / "stage-01.json")
             daemon = _spawn(
                 procs,
-                ["-m", "daemon.cli", "run", "--config", str(config)],
+                [
+                    "-m",
+                    "fakes.sim.cli",
+                    "node",
+                    "--gpus",
+                    gpus,
+                    "--",
+                    "run",
+                    "--config",
+                    str(config),
+                ],
                 daemon_log,
-                RACKGUARD_SIM_GPUS=str(state / "gpus" / "stage-01.json"),
             )
             api = f"http://127.0.0.1:{api_port}"
             await wait_for_result(

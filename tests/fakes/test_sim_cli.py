@@ -15,6 +15,7 @@ from fakes.sim.cli import main, score
 from fakes.sim.decision_logs import LogError, read_file
 from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import load_scenario
+from fakes.sim.served_gpus import ServedNvml
 from fakes.sim.trace_writer import WALL_EPOCH
 from tests.support.paths import ROOT
 
@@ -209,3 +210,25 @@ def test_fault_cli_lists_and_reports_an_absent_harness(capsys: pytest.CaptureFix
 
 def test_command_line_values_read_as_toml_would() -> None:
     assert [coerce(v) for v in ("true", "3", "2.5", "stage-01")] == [True, 3, 2.5, "stage-01"]
+
+
+def test_node_injects_the_served_nvml_into_a_daemon_that_takes_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's CLI with an injected-NVML parameter (the production/simulation split).
+    seen: dict[str, object] = {}
+
+    def main_taking_nvml(argv: list[str], *, nvml: object = None) -> int:
+        seen.update(argv=argv, nvml=nvml)
+        return 0
+
+    monkeypatch.setattr("daemon.cli.main", main_taking_nvml)
+    gpus = tmp_path / "n1.json"
+    assert main(["node", "--gpus", str(gpus), "--", "probe", "gpus", "--config", "x.toml"]) == 0
+    assert seen["argv"] == ["probe", "gpus", "--config", "x.toml"]
+    assert isinstance(seen["nvml"], ServedNvml) and seen["nvml"].path == gpus
+
+
+def test_node_needs_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "--gpus", str(tmp_path / "n.json")]) == 2
+    assert "give the rackguard command to run" in capsys.readouterr().err
