@@ -273,7 +273,13 @@ class Harness:
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        record = {"t": round(self.rack.t, 3), "wall": time.time(), "fault": name, "params": params}
+        record = {
+            "t": round(self.rack.t, 3),
+            "wall": time.time(),
+            "fault": name,
+            "target": spec.target.value,
+            "params": params,
+        }
         self.history.append(record)
         log.info("fault %s %s at t=%.1fs", name, params, self.rack.t)
         self._write_run()
