@@ -148,12 +148,15 @@ def test_score_on_the_serve_clock_counts_leads_and_false_drains(tmp_path: Path) 
     run = {
         "wall_start": 1000.0,
         "speed": 4.0,
-        "faults": [{"t": 40.0, "fault": "sensor_stick"}],
+        "faults": [
+            {"t": 40.0, "fault": "sensor_stick", "target": "gpu"},  # a device's answers
+            {"t": 50.0, "fault": "inlet_ramp", "target": "simulator"},  # the rack itself
+        ],
         "first_crossing": {"t": 120.0, "node": "n1", "gpu": 0},
     }
     # Wall 1020 and 1025 are t = 80 and 100 on a x4 clock: both before the crossing at 120.
     good = score(sc, [(1020.0, "n1", "drain"), (1025.0, "n2", "exclude")], run)
-    assert good.passed and good.lead_s == 20.0 and good.onset_s == 40.0
+    assert good.passed and good.lead_s == 20.0 and good.onset_s == 50.0
     late = score(sc, [(1020.0, "n1", "drain"), (1040.0, "n2", "drain")], run)
     assert not late.passed and late.lead_s == -40.0
     missed = score(sc, [(1020.0, "n1", "drain")], run)
