@@ -123,21 +123,21 @@ class Harness:
         await self.pdu.start()
         await self.cdu.start()
         await self.cdu.publish(self.rack.snapshot.cdu)
+        # The CDU server follows the snapshot on its own (and so the simulator's CDU events).
+        follow = asyncio.get_running_loop().create_task(
+            self.cdu.follow(lambda: self.rack.snapshot.cdu, CDU_PUBLISH_S)
+        )
+        self._tasks.add(follow)
         self._write_run()
 
     async def run(self) -> None:
         """Step the simulator on the wall clock until cancelled."""
-        next_cdu = 0.0
         while True:
             target = self._target_t()
             if target > self.rack.t:
                 self.rack.advance(target - self.rack.t)
                 self._check_crossing()
                 self._publish_gpus_logged()
-            now = time.monotonic()
-            if now >= next_cdu:
-                next_cdu = now + CDU_PUBLISH_S
-                await self.cdu.publish(self.rack.snapshot.cdu)
             await asyncio.sleep(STEP_WALL_S)
 
     async def stop(self) -> None:
