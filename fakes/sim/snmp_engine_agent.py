@@ -12,6 +12,7 @@ later), "garbage" (every value but sysDescr/sysObjectID is junk bytes).
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import socket
 from collections.abc import Callable
@@ -90,8 +91,14 @@ class _FaultyTransport(udp.UdpAsyncioTransport):  # type: ignore[misc]
         if self._agent.mode == "no_answer":
             return
         if self._agent.mode == "slow" and self._agent.delay_s > 0:
-            self.loop.call_later(self._agent.delay_s, super().datagram_received, datagram, address)
+            handle = self.loop.call_later(self._agent.delay_s, self._late, datagram, address)
+            self._agent.delayed.add(handle)
             return
+        super().datagram_received(datagram, address)
+
+    def _late(self, datagram: bytes, address: Any) -> None:
+        now = self.loop.time()
+        self._agent.delayed = {h for h in self._agent.delayed if h.when() > now}
         super().datagram_received(datagram, address)
 
 
@@ -115,6 +122,7 @@ class EngineAgent:
         self.mode: Mode = "ok"
         self.delay_s = 0.0
         self.requests = 0
+        self.delayed: set[asyncio.TimerHandle] = set()  # slow answers not handled yet
         self._engine: engine.SnmpEngine | None = None
         self._transport: _FaultyTransport | None = None
 
@@ -163,6 +171,9 @@ class EngineAgent:
 
     async def stop(self) -> None:
         """Close the socket."""
+        for handle in self.delayed:
+            handle.cancel()
+        self.delayed.clear()
         snmp, self._engine = self._engine, None
         if snmp is not None:
             snmp.close_dispatcher()

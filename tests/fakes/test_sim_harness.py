@@ -167,6 +167,11 @@ async def test_pdu_faults_wrong_keys_garbage_and_silence(tmp_path: Path, harness
         with pytest.raises(SourceError, match="no answer"):
             await pdu.read()
         assert harness.pdu.requests > before  # it was asked, and said nothing
+        harness.apply("pdu_slow", {"delay_s": 5.0})  # later than the source's request timeout
+        with pytest.raises(SourceError, match="no answer"):
+            await pdu.read()
+        harness.apply("pdu_slow", {"delay_s": 0.05})  # late, but in time
+        assert _inlets(list(await pdu.read()))
     finally:
         await pdu.close()
 
