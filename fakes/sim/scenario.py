@@ -446,5 +446,5 @@ def load_scenario(name_or_path: str) -> Scenario:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"{path if is_path else path.name}: not valid TOML: {err}") from err
-    return parse_scenario(data, where=str(path) if is_path else path.name)
+        raise ScenarioError(f"{path.name}: not valid TOML: {err}") from err
+    return parse_scenario(data, where=path.name)

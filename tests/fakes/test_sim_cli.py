@@ -62,7 +62,7 @@ def test_a_broken_scenario_file_is_refused_naming_file_and_key(
     extra = {"serve": ["--state-dir", str(tmp_path / "s")], "score": [str(tmp_path / "log")]}
     assert main([verb, str(path), *extra.get(verb, [])]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"rackguard-sim: {path}: ")
+    assert err.startswith(f"rackguard-sim: {path.name}: ")
     assert message in err
     assert "Traceback" not in err
     assert not (tmp_path / "s").exists()  # serve started nothing
@@ -80,7 +80,7 @@ def test_demo_refuses_a_broken_scenario_file_naming_the_key(tmp_path: Path) -> N
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 2
-    assert f"{path}: events[1].kind: must be a string, got integer 3" in proc.stderr
+    assert f"{path.name}: events[1].kind: must be a string, got integer 3" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
