@@ -1,4 +1,4 @@
-"""`rackguard demo`: the simulator, the fakes and a fake scheduler, with the real daemon on top.
+"""`rackguard-sim demo`: the simulator, the fakes and a fake scheduler, with the real daemon on top.
 
 One rackguard daemon per simulated node (one agent per node, as in production),
 each polling its node's GPUs through the real NVML adapter bound to the fake
@@ -491,7 +491,7 @@ async def run_demo(
     live: bool = True,
     seed: int | None = None,
 ) -> int:
-    """The `rackguard demo` command; exit 0 when the outcome matches the scenario's truth."""
+    """The `rackguard-sim demo` command; exit 0 when the outcome matches the scenario's truth."""
     live = live and sys.stdout.isatty()
     with contextlib.suppress(KeyboardInterrupt):
         result = await run_scenario(scenario, speed=speed, seed=seed, live=live)
