@@ -12,10 +12,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from daemon.http.node_metrics import NodeCollector
 from policies.model import Decision, Reading, SensorKind
 
 if TYPE_CHECKING:
@@ -125,13 +132,14 @@ class _StateCollector(Collector):
         yield from families.values()
         yield margin
 
+        # One series per source whatever its state (rackguard_source_health has the state).
         up = GaugeMetricFamily(
             "rackguard_source_up",
             "1 when the source's last poll succeeded.",
-            labels=["source", "health"],
+            labels=["source"],
         )
         for runner in d.runners:
-            up.add_metric([runner.name, runner.health.value], 1.0 if runner.health == "up" else 0.0)
+            up.add_metric([runner.name], 1.0 if runner.health == "up" else 0.0)
         yield up
 
         ttt = GaugeMetricFamily(
@@ -186,6 +194,8 @@ class Metrics:
     def __init__(self, daemon: Daemon) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(daemon))
+        self.registry.register(NodeCollector(daemon))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, memory, fds
         self.poll_duration = Histogram(
             "rackguard_poll_duration_seconds",
             "Duration of one poll of a source (connect + read).",
