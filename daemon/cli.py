@@ -147,6 +147,21 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def cmd_files(args: argparse.Namespace) -> int:
+    """Print a packaged deployment file, or list them with their installed paths."""
+    from daemon.deploy import FILES, deploy_file  # noqa: PLC0415
+
+    if args.name is None:
+        for name, (_, what) in FILES.items():
+            print(f"{name:<11} {deploy_file(name)}  ({what})")
+        return 0
+    if args.name not in FILES:
+        print(f"rackguard: no file {args.name!r} (have: {', '.join(FILES)})", file=sys.stderr)
+        return EXIT_CONFIG
+    sys.stdout.write(deploy_file(args.name).read_text())
+    return 0
+
+
 def version_line() -> str:
     """`rackguard X.Y.Z (Python A.B.C)`: the installed distribution's version."""
     return f"rackguard {package_version()} (Python {platform.python_version()})"
@@ -176,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe.set_defaults(func=cmd_probe)
 
     replay_cmd.add_parser(sub)
+
+    files = sub.add_parser(
+        "files", help="print a file shipped for installing (unit, config, alerts, ...)"
+    )
+    files.add_argument("name", nargs="?", help="which file; without it, list them")
+    files.set_defaults(func=cmd_files)
 
     return p
 

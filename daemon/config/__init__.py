@@ -1,6 +1,6 @@
 """rackguard's configuration: one TOML file, validated into frozen typed objects at start.
 
-Every key is documented in systemd/rackguard.example.toml, which a test loads.
+Every key is documented in daemon/deploy/rackguard.example.toml, which a test loads.
 """
 
 from __future__ import annotations

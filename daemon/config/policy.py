@@ -13,7 +13,7 @@ class PolicyConfig:
     """The predictive policy: margins, forecast, cooling-loop evidence, safety limits.
 
     Thermal margin = slowdown temperature - temperature. Every key is documented in
-    systemd/rackguard.example.toml.
+    daemon/deploy/rackguard.example.toml.
     """
 
     # Margins.

@@ -94,7 +94,12 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield every family; BAD, UNCERTAIN and stale readings are left out."""
         d = self._daemon
-        families: dict[SensorKind, GaugeMetricFamily] = {}
+        # Every family, even with no series: a node without a PDU or CDU still
+        # describes them, so dashboards and rules can be checked against any agent.
+        families = {
+            kind: GaugeMetricFamily(name, doc, labels=labels)
+            for kind, (name, doc, labels, _) in _FAMILIES.items()
+        }
         margin = GaugeMetricFamily(
             "rackguard_gpu_thermal_margin_celsius",
             "Slowdown temperature minus GPU temperature.",
@@ -121,11 +126,7 @@ class _StateCollector(Collector):
             spec = _FAMILIES.get(r.kind)
             if spec is None:
                 continue
-            name, doc, labels, values = spec
-            fam = families.get(r.kind)
-            if fam is None:
-                fam = families[r.kind] = GaugeMetricFamily(name, doc, labels=labels)
-            fam.add_metric(values(r), r.value)
+            families[r.kind].add_metric(spec[3](r), r.value)
         for key, temp in temps.items():
             if key in slowdown:
                 margin.add_metric(list(key), slowdown[key] - temp)

@@ -96,6 +96,13 @@ class NodeCollector(Collector):
         for driver in driver_versions(readings) or [""]:
             info.add_metric([package_version(), platform.python_version(), driver], 1.0)
         yield info
+        node_info = GaugeMetricFamily(
+            "rackguard_node_info",
+            "Always 1: the node this agent guards and its rack (for joins on instance).",
+            labels=["node", "rack"],
+        )
+        node_info.add_metric([node, rack], 1.0)
+        yield node_info
 
         outcome = d.engine.last
         condition = outcome.node.condition if outcome is not None else Condition.UNKNOWN

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.paths import ROOT
 
-UNIT = ROOT / "systemd" / "rackguard.service"
+UNIT = ROOT / "daemon" / "deploy" / "rackguard.service"
 INSTALLED_EXEC = "/opt/rackguard/venv/bin/rackguard"
 
 

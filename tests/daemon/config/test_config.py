@@ -14,7 +14,7 @@ from daemon.config.scheduler import WebhookSchedulerConfig
 from daemon.config.sources import NvmlSourceConfig
 from tests.support.paths import ROOT
 
-EXAMPLE = ROOT / "systemd" / "rackguard.example.toml"
+EXAMPLE = ROOT / "daemon" / "deploy" / "rackguard.example.toml"
 
 MINIMAL = """
 [node]

@@ -37,7 +37,10 @@ async def test_condition_action_and_backlog_follow_a_drain_the_scheduler_refuses
             "python": platform.python_version(),
             "nvml_driver_version": "550.54.15",
         }
-        await wait_until(lambda: daemon.engine.last is not None)
+        # The first evaluations may come before every series is in: UNKNOWN, then OK.
+        await wait_until(
+            lambda: daemon.engine.last is not None and daemon.engine.last.node.condition == "ok"
+        )
         m = await scrape(port)
         assert one(m, "rackguard_node_condition", condition="ok") == 1.0
         assert sum(v for _, v in m["rackguard_node_condition"]) == 1.0
