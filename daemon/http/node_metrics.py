@@ -172,7 +172,7 @@ def _gpu_families(d: Daemon) -> Iterator[Metric]:
         labels=["gpu"],
     )
     trend = GaugeMetricFamily(
-        "rackguard_gpu_temperature_trend_celsius_per_minute",
+        "rackguard_gpu_temperature_trend_celsius_per_second",
         "The GPU temperature's trusted trend (absent while the trend is not trusted).",
         labels=["gpu"],
     )
@@ -187,7 +187,7 @@ def _gpu_families(d: Daemon) -> Iterator[Metric]:
         if a.time_to_threshold_s is not None:
             ttt.add_metric([gpu], a.time_to_threshold_s)
         if a.trend_per_min is not None:
-            trend.add_metric([gpu], a.trend_per_min)
+            trend.add_metric([gpu], a.trend_per_min / 60.0)
         for c in Condition:
             condition.add_metric([gpu, c.value], 1.0 if c is a.condition else 0.0)
     yield ttt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,29 @@ def rule_exprs() -> list[str]:
 
 
 @pytest.fixture
-async def exported(receiver: FakeWebhookScheduler, secret_file: Path) -> set[str]:
-    """Every metric name a real daemon on the fake NVML exports, from its /metrics."""
+async def exposition(receiver: FakeWebhookScheduler, secret_file: Path) -> str:
+    """A real daemon's /metrics body, on the fake NVML."""
     nvml = fake_node()
     async with running_daemon(nvml, receiver, secret_file) as daemon:
-        return exported_names(await scrape_text(daemon.api_port))
+        return await scrape_text(daemon.api_port)
+
+
+@pytest.fixture
+def exported(exposition: str) -> set[str]:
+    """Every metric name that agent exports (families with no series yet included)."""
+    return exported_names(exposition)
+
+
+def test_the_live_exposition_follows_prometheus_naming(exposition: str) -> None:
+    promtool = require("promtool")
+    out = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=exposition,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
 
 
 def test_the_dashboard_is_a_valid_grafana_dashboard() -> None:
