@@ -125,10 +125,12 @@ class NodeCollector(Collector):
             act.add_metric([node, a.value], 1.0 if a is action else 0.0)
         yield act
 
+        # The same test as /readyz, so the alert and the probe agree.
+        reported = all(d.store.reported(r.name) for r in d.runners)
         yield GaugeMetricFamily(
             "rackguard_ready",
-            "1 once every source has reported and the outbox accepts writes.",
-            value=1.0 if d.ready.is_set() and d.delivery.writable()[0] else 0.0,
+            "1 while /readyz says ready: every source has reported and the outbox takes writes.",
+            value=1.0 if reported and d.delivery.writable()[0] else 0.0,
         )
         yield GaugeMetricFamily(
             "rackguard_storm_breaker_open",

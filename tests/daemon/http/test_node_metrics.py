@@ -5,6 +5,9 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+import aiohttp
+import pynvml
+
 from daemon.version import package_version
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
@@ -72,3 +75,24 @@ async def test_condition_action_and_backlog_follow_a_drain_the_scheduler_refuses
         assert one(m, "rackguard_outbox_pending_retrying") == 0.0
         assert one(m, "rackguard_outbox_oldest_pending_age_seconds") == 0.0
         assert one(m, "rackguard_node_action", action="drain") == 1.0
+
+
+async def test_a_source_that_never_reported_is_not_ready_and_its_condition_unknown(
+    receiver: FakeWebhookScheduler, secret_file: Path
+) -> None:
+    nvml = fake_node()
+    nvml.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    async with running_daemon(nvml, receiver, secret_file) as daemon:
+        await wait_until(lambda: daemon.engine.last is not None)
+        m = await scrape(daemon.api_port)
+        assert one(m, "rackguard_ready") == 0.0
+        assert one(m, "rackguard_source_up", source="gpus") == 0.0
+        assert one(m, "rackguard_source_health", source="gpus", health="up") == 0.0
+        assert one(m, "rackguard_node_condition", condition="unknown") == 1.0
+        (labels, _), *more = m["rackguard_build_info"]
+        assert not more and labels["nvml_driver_version"] == ""  # no GPU reading names one
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{daemon.api_port}/readyz") as resp,
+        ):
+            assert resp.status == 503  # the metric and the probe agree
