@@ -127,10 +127,12 @@ class NodeCollector(Collector):
 
         # The same test as /readyz, so the alert and the probe agree.
         reported = all(d.store.reported(r.name) for r in d.runners)
+        healthy = all(ok for ok, _ in d.decisions.health() + d.deliverer.health())
         yield GaugeMetricFamily(
             "rackguard_ready",
-            "1 while /readyz says ready: every source has reported and the outbox takes writes.",
-            value=1.0 if reported and d.delivery.writable()[0] else 0.0,
+            "1 while /readyz says ready: every source has reported, the outbox and the "
+            "delivery are healthy.",
+            value=1.0 if reported and healthy else 0.0,
         )
         yield GaugeMetricFamily(
             "rackguard_storm_breaker_open",
@@ -226,7 +228,7 @@ def _rack_families(d: Daemon, rack: str) -> Iterator[Metric]:
 
 
 def _backlog_families(d: Daemon) -> Iterator[Metric]:
-    pending = d.delivery.pending()
+    pending = d.decisions.pending()
     oldest = min((p.queued_at for p in pending), default=None)
     yield GaugeMetricFamily(
         "rackguard_outbox_oldest_pending_age_seconds",

@@ -58,7 +58,7 @@ async def test_condition_action_and_backlog_follow_a_drain_the_scheduler_refuses
         nvml.gpus[6].temperature_c = 86.0  # 4 C from slowdown: drain
         await wait_until(lambda: daemon.engine.state.action.value == "drain", what="drain")
         await wait_until(
-            lambda: any(p.attempts > 1 for p in daemon.delivery.pending()), what="a retry"
+            lambda: any(p.attempts > 1 for p in daemon.decisions.pending()), what="a retry"
         )
         m = await scrape(port)
         assert one(m, "rackguard_node_condition", condition="warning") == 1.0
@@ -70,7 +70,7 @@ async def test_condition_action_and_backlog_follow_a_drain_the_scheduler_refuses
         assert one(m, "rackguard_outbox_oldest_pending_age_seconds") > 0.0
 
         receiver.fail_next = 0
-        await wait_until(lambda: not daemon.delivery.pending(), what="delivery")
+        await wait_until(lambda: not daemon.decisions.pending(), what="delivery")
         m = await scrape(port)
         assert one(m, "rackguard_outbox_pending_retrying") == 0.0
         assert one(m, "rackguard_outbox_oldest_pending_age_seconds") == 0.0

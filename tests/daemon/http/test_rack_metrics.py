@@ -59,4 +59,4 @@ def test_rack_evidence_from_fresh_readings_and_the_flows_sustained_high(
         assert abs(ratio - 0.4) < 1e-9
         assert m["rackguard_node_info"] == [({"node": "gpu-node-07", "rack": "rack-b"}, 1.0)]
     finally:
-        daemon.delivery.close()
+        daemon.decisions.close()
