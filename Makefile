@@ -5,18 +5,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench setup clean test-deps
+.PHONY: demo test lint typecheck unit bench setup clean test-deps constraints
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package, so the tests run on the versions a node is
+# told to install (docs/operations.md); `make constraints` refreshes it.
+$(STAMP): pyproject.toml rackguard-sim/pyproject.toml constraints.txt
 	@./scripts/bootstrap-python.sh "$(PY)" "$(VENV)"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]' -e ./rackguard-sim
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/rackguard demo $(DEMO_ARGS)
+	$(BIN)/rackguard-sim demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -36,6 +38,12 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+constraints: $(STAMP)
+	$(BIN)/pip install --quiet --upgrade -e '.[dev]' -e ./rackguard-sim
+	{ echo "# Exact versions \`make\` and CI install (pip install -c constraints.txt ...)."; \
+	  echo "# Regenerate with \`make constraints\` after changing pyproject.toml."; \
+	  $(BIN)/pip freeze --all --exclude-editable --exclude pip | LC_ALL=C sort -f; } > constraints.txt
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,10 +1,15 @@
-"""The `rackguard` command: run, check-config, probe, demo."""
+"""The `rackguard` command: run, check-config, probe, replay.
+
+The demo is not here: it runs on the simulator, which a production install does
+not contain (`rackguard-sim demo`, from the development install).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import platform
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -16,6 +21,7 @@ from adapters.errors import SourceError
 from daemon.config import Config, ConfigError, load_config
 from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
+from daemon.version import package_version
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 1
@@ -144,13 +150,24 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """The whole stack on fakes, with a live view."""
-    from fakes.demo import run_demo  # noqa: PLC0415 - only the demo imports fakes
+def cmd_files(args: argparse.Namespace) -> int:
+    """Print a packaged deployment file, or list them with their installed paths."""
+    from daemon.deploy import FILES, deploy_file  # noqa: PLC0415
 
-    return run_async(
-        run_demo(scenario=args.scenario, speed=args.speed, live=not args.no_live, seed=args.seed)
-    )
+    if args.name is None:
+        for name, (_, what) in FILES.items():
+            print(f"{name:<11} {deploy_file(name)}  ({what})")
+        return 0
+    if args.name not in FILES:
+        print(f"rackguard: no file {args.name!r} (have: {', '.join(FILES)})", file=sys.stderr)
+        return EXIT_CONFIG
+    sys.stdout.write(deploy_file(args.name).read_text())
+    return 0
+
+
+def version_line() -> str:
+    """`rackguard X.Y.Z (Python A.B.C)`: the installed distribution's version."""
+    return f"rackguard {package_version()} (Python {platform.python_version()})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rackguard",
         description="Drain GPU nodes before thermal and power events hurt them.",
     )
+    p.add_argument("--version", action="version", version=version_line())
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the daemon")
@@ -177,17 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay_cmd.add_parser(sub)
 
-    demo = sub.add_parser("demo", help="run the whole stack on simulated hardware")
-    demo.add_argument("--scenario", default="hot-gpu")
-    demo.add_argument(
-        "--speed",
-        type=float,
-        default=None,
-        help="simulated seconds per wall second (default: the scenario plays in ~1 min)",
+    files = sub.add_parser(
+        "files", help="print a file shipped for installing (unit, config, alerts, ...)"
     )
-    demo.add_argument("--seed", type=int, default=None)
-    demo.add_argument("--no-live", action="store_true", help="print events, not a live view")
-    demo.set_defaults(func=cmd_demo)
+    files.add_argument("name", nargs="?", help="which file; without it, list them")
+    files.set_defaults(func=cmd_files)
+
     return p
 
 

@@ -1,4 +1,4 @@
-"""`rackguard demo`: the simulator, the fakes and a fake scheduler, with the real daemon on top.
+"""`rackguard-sim demo`: the simulator, the fakes and a fake scheduler, with the real daemon on top.
 
 One rackguard daemon per simulated node (one agent per node, as in production),
 each polling its node's GPUs through the real NVML adapter bound to the fake
@@ -262,7 +262,7 @@ class LiveView:
         snap = self.rack.snapshot
         model = sc.rack.model
         lines = [
-            self._c("1", f"rackguard demo - scenario {sc.name}") + f"   t={fmt_t(snap.t)} / "
+            self._c("1", f"rackguard-sim demo - scenario {sc.name}") + f"   t={fmt_t(snap.t)} / "
             f"{fmt_t(sc.duration_s)}  (x{self.speed:g})",
             sc.description.strip().splitlines()[0] if sc.description.strip() else "",
             "",
@@ -386,7 +386,7 @@ async def run_scenario(
         scheduler.on_receive = received
         if not live:
             print(
-                f"rackguard demo: scenario {sc.name} ({fmt_t(sc.duration_s)} simulated, "
+                f"rackguard-sim demo: scenario {sc.name} ({fmt_t(sc.duration_s)} simulated, "
                 f"x{speed:g}, {len(daemons)} nodes)",
                 file=out,
                 flush=True,
@@ -491,7 +491,7 @@ async def run_demo(
     live: bool = True,
     seed: int | None = None,
 ) -> int:
-    """The `rackguard demo` command; exit 0 when the outcome matches the scenario's truth.
+    """The `rackguard-sim demo` command; exit 0 when the outcome matches the scenario's truth.
 
     ``scenario`` is a shipped scenario's name or a scenario file's path; a file
     that cannot be used is refused with exit 2 and one line naming its key.
@@ -500,7 +500,7 @@ async def run_demo(
     try:
         load_scenario(scenario)
     except ScenarioError as err:
-        print(f"rackguard demo: {err}", file=sys.stderr)
+        print(f"rackguard-sim demo: {err}", file=sys.stderr)
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         result = await run_scenario(scenario, speed=speed, seed=seed, live=live)

@@ -60,8 +60,10 @@ class FakeNvml:
         has_clock_events_api: bool = True,
         strings_as_bytes: bool = False,
         memory_temp_value_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+        driver_version: str = "550.54.15",
     ) -> None:
         self.gpus = gpus
+        self.driver_version = driver_version
         self.init_error = init_error
         self.strings_as_bytes = strings_as_bytes  # like pynvml before 11.5
         self.memory_temp_value_type = memory_temp_value_type
@@ -85,6 +87,11 @@ class FakeNvml:
         if self.init_error is not None:
             raise pynvml.NVMLError(self.init_error)
         self._refcount += 1
+
+    def nvmlSystemGetDriverVersion(self) -> Any:
+        """The driver's version string (bytes like pynvml before 11.5 when asked)."""
+        self._enter("nvmlSystemGetDriverVersion")
+        return self.driver_version.encode() if self.strings_as_bytes else self.driver_version
 
     def nvmlShutdown(self) -> None:
         """Undo one nvmlInit; UNINITIALIZED when there is none."""

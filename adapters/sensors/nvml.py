@@ -165,10 +165,18 @@ class _NvmlGpu:
         )
 
 
-def _labels(index: int, uuid: str, bus_id: str, name: str) -> Mapping[str, str]:
+def _labels(
+    index: int, uuid: str, bus_id: str, name: str, driver: str = _UNKNOWN
+) -> Mapping[str, str]:
     """Read-only identity labels shared by all readings of one GPU."""
     return types.MappingProxyType(
-        {"gpu": str(index), "uuid": uuid, "pci_bus_id": bus_id, "name": name}
+        {
+            "gpu": str(index),
+            "uuid": uuid,
+            "pci_bus_id": bus_id,
+            "name": name,
+            "driver_version": driver,
+        }
     )
 
 
@@ -213,6 +221,7 @@ class NvmlAdapter:
         )
         # The clock-reasons call that worked; None until the first success after connect.
         self._clock_fn: Callable[[Any], Any] | None = None
+        self._driver = _UNKNOWN  # the driver version, read at each connect
 
     @property
     def busy(self) -> bool:
@@ -270,6 +279,7 @@ class NvmlAdapter:
                     f" this node has {count} GPUs (0..{count - 1})"
                 )
             self._clock_fn = None
+            self._driver = self._driver_version()
             gpus = [_NvmlGpu.new(i) for i in indices]
             for gpu in gpus:
                 self._setup(gpu)
@@ -281,6 +291,13 @@ class NvmlAdapter:
         except BaseException:
             self._shutdown_quietly()
             raise
+
+    def _driver_version(self) -> str:
+        """The NVIDIA driver's version ("unknown" when NVML cannot say)."""
+        try:
+            return _text(self._b.nvmlSystemGetDriverVersion())
+        except (self._b.NVMLError, AttributeError):  # AttributeError: a binding without it
+            return _UNKNOWN
 
     def _shutdown_quietly(self) -> None:
         """nvmlShutdown, ignoring its errors."""
@@ -303,6 +320,7 @@ class NvmlAdapter:
                 _UNKNOWN if isinstance(uuid, _Failure) else _text(uuid),
                 _UNKNOWN if isinstance(pci, _Failure) else _text(pci.busId),
                 _UNKNOWN if isinstance(model, _Failure) else _text(model),
+                self._driver,
             )
             gpu.thresholds = {
                 slot: self._number(self._call(b.nvmlDeviceGetTemperatureThreshold, handle, kind))

@@ -25,6 +25,7 @@ from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError, page
 from daemon.http.events import Event
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.http.openapi import OPENAPI
+from daemon.http.page import add_page_routes
 from policies.model import Quality, Reading
 from policies.tracking import gpu_kind
 
@@ -394,4 +395,5 @@ def make_app(daemon: Daemon) -> web.Application:
     app.router.add_get("/v1/events", events)
     app.router.add_get("/v1/overrides", get_overrides)
     app.router.add_post("/v1/overrides", post_overrides)
+    add_page_routes(app)
     return app

@@ -43,6 +43,11 @@ class EventHub:
         """The id of the newest event (0 before any)."""
         return self._next_id - 1
 
+    @property
+    def subscriber_count(self) -> int:
+        """How many streams are open now."""
+        return len(self._subscribers)
+
     def publish(self, kind: str, data: Any) -> Event:
         """Send an event to every subscriber and keep it for replay."""
         event = Event(self._next_id, kind, orjson.dumps(data))

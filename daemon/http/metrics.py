@@ -12,10 +12,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from daemon.http.node_metrics import NodeCollector
 from policies.model import Decision, Reading, SensorKind
 
 if TYPE_CHECKING:
@@ -87,7 +94,12 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield every family; BAD, UNCERTAIN and stale readings are left out."""
         d = self._daemon
-        families: dict[SensorKind, GaugeMetricFamily] = {}
+        # Every family, even with no series: a node without a PDU or CDU still
+        # describes them, so dashboards and rules can be checked against any agent.
+        families = {
+            kind: GaugeMetricFamily(name, doc, labels=labels)
+            for kind, (name, doc, labels, _) in _FAMILIES.items()
+        }
         margin = GaugeMetricFamily(
             "rackguard_gpu_thermal_margin_celsius",
             "Slowdown temperature minus GPU temperature.",
@@ -114,24 +126,21 @@ class _StateCollector(Collector):
             spec = _FAMILIES.get(r.kind)
             if spec is None:
                 continue
-            name, doc, labels, values = spec
-            fam = families.get(r.kind)
-            if fam is None:
-                fam = families[r.kind] = GaugeMetricFamily(name, doc, labels=labels)
-            fam.add_metric(values(r), r.value)
+            families[r.kind].add_metric(spec[3](r), r.value)
         for key, temp in temps.items():
             if key in slowdown:
                 margin.add_metric(list(key), slowdown[key] - temp)
         yield from families.values()
         yield margin
 
+        # One series per source whatever its state (rackguard_source_health has the state).
         up = GaugeMetricFamily(
             "rackguard_source_up",
             "1 when the source's last poll succeeded.",
-            labels=["source", "health"],
+            labels=["source"],
         )
         for runner in d.runners:
-            up.add_metric([runner.name, runner.health.value], 1.0 if runner.health == "up" else 0.0)
+            up.add_metric([runner.name], 1.0 if runner.health == "up" else 0.0)
         yield up
 
         ttt = GaugeMetricFamily(
@@ -186,6 +195,8 @@ class Metrics:
     def __init__(self, daemon: Daemon) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(daemon))
+        self.registry.register(NodeCollector(daemon))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, memory, fds
         self.poll_duration = Histogram(
             "rackguard_poll_duration_seconds",
             "Duration of one poll of a source (connect + read).",

@@ -247,6 +247,24 @@ OPENAPI: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     },
     "paths": {
+        "/": {
+            "get": {
+                "summary": "The node page (HTML; reads this API, live over /v1/events)",
+                "responses": {"200": {"description": "the page", "content": {"text/html": {}}}},
+            }
+        },
+        "/static/{name}": {
+            "get": {
+                "summary": "The node page's script and style sheet",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "the file"},
+                    "404": {"description": "no such file"},
+                },
+            }
+        },
         "/healthz": {
             "get": {"summary": "Liveness", "responses": {"200": _json(_ref("Health"), "alive")}}
         },

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
+from daemon.cli import run_async
 from fakes.sim.decision_logs import LogError, Row, read_log
 from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import Scenario, ScenarioError, load_scenario
@@ -353,6 +354,15 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The whole stack on fakes, with a live view (four real agents, one simulated rack)."""
+    from fakes.demo import run_demo  # noqa: PLC0415 - the demo's imports load only when asked for
+
+    return run_async(
+        run_demo(scenario=args.scenario, speed=args.speed, live=not args.no_live, seed=args.seed)
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand's arguments."""
     p = argparse.ArgumentParser(
@@ -416,6 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="validate a scenario file")
     c.add_argument("scenario")
+
+    d = sub.add_parser("demo", help="the whole stack on simulated hardware (what `make demo` runs)")
+    d.add_argument("--scenario", default="hot-gpu", help="a shipped scenario's name or a file")
+    d.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="simulated seconds per wall second (default: the scenario plays in ~1 min)",
+    )
+    d.add_argument("--seed", type=int, default=None)
+    d.add_argument("--no-live", action="store_true", help="print events, not a live view")
     return p
 
 
@@ -431,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "node":
             return cmd_node(args)
+        if args.command == "demo":
+            return cmd_demo(args)
         handlers = {
             "fault": cmd_fault,
             "status": cmd_status,

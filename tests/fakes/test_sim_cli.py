@@ -72,7 +72,7 @@ def test_demo_refuses_a_broken_scenario_file_naming_the_key(tmp_path: Path) -> N
     path = tmp_path / "mine.toml"
     path.write_text(GOOD.replace("residual", "x").replace('kind = "pump_fail"', "kind = 3"))
     proc = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "demo", "--scenario", str(path), "--no-live"],
+        [sys.executable, "-m", "fakes.sim.cli", "demo", "--scenario", str(path), "--no-live"],
         capture_output=True,
         text=True,
         timeout=60,

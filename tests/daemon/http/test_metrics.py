@@ -5,28 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.daemon_harness import running_daemon
+from tests.support.scrape import scrape
 from tests.support.wait import wait_until
-
-
-async def scrape(port: int | None) -> dict[str, list[tuple[dict[str, str], float]]]:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"http://127.0.0.1:{port}/metrics") as resp,
-    ):
-        assert resp.status == 200
-        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = await resp.text()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return out
 
 
 async def test_metrics_follow_the_state_and_count_decisions(
@@ -45,8 +28,7 @@ async def test_metrics_follow_the_state_and_count_decisions(
         assert margins["0"] == 40.0  # H100 slowdown 90 C from NVML, minus 50 C
         uuids = {labels["uuid"] for labels, _ in m["rackguard_gpu_temperature_celsius"]}
         assert len(uuids) == 7 and all(u.startswith("GPU-") for u in uuids)
-        ((labels, up),) = m["rackguard_source_up"]
-        assert labels == {"source": "gpus", "health": "up"} and up == 1.0
+        assert m["rackguard_source_up"] == [({"source": "gpus"}, 1.0)]
         count = dict((lb["source"], v) for lb, v in m["rackguard_poll_duration_seconds_count"])
         assert count["gpus"] >= 1
         assert m["rackguard_outbox_pending"] == [({}, 0.0)]
@@ -63,5 +45,8 @@ async def test_metrics_follow_the_state_and_count_decisions(
         await asyncio.sleep(1.1)  # past stale_after_s (1 s in this config)
         m = await scrape(daemon.api_port)
         assert "rackguard_gpu_temperature_celsius" not in m  # no frozen, healthy-looking value
-        assert m["rackguard_source_up"] == [({"source": "gpus", "health": "down"}, 0.0)]
+        # The same series, now 0: an alert on it keeps its history through the change.
+        assert m["rackguard_source_up"] == [({"source": "gpus"}, 0.0)]
+        health = {lb["health"]: v for lb, v in m["rackguard_source_health"]}
+        assert health == {"starting": 0.0, "up": 0.0, "degraded": 0.0, "down": 1.0}
         nvml.gpus[0].delay_s = 0.0

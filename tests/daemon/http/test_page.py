@@ -1,0 +1,90 @@
+"""The node page at `/`, in headless Chromium against a real daemon on the fake NVML.
+
+The screenshot is kept as a test artifact: under the test's tmp_path, and copied to
+out/node-page.png in the repository (git-ignored) so CI and a person can look at it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import aiohttp
+
+from fakes.nvml import fake_node
+from fakes.scheduler import FakeWebhookScheduler
+from tests.support.browser import chromium_page
+from tests.support.daemon_harness import running_daemon
+from tests.support.paths import ROOT
+from tests.support.wait import wait_until
+
+ARTIFACT = ROOT / "out" / "node-page.png"
+
+
+async def test_the_page_shows_the_hot_gpu_and_the_drain_live(
+    receiver: FakeWebhookScheduler, secret_file: Path, tmp_path: Path
+) -> None:
+    nvml = fake_node()
+    for i, g in enumerate(nvml.gpus):
+        g.temperature_c = 55.0 + i
+    async with running_daemon(nvml, receiver, secret_file) as daemon:
+        url = f"http://127.0.0.1:{daemon.api_port}/"
+        async with chromium_page(url, tmp_path / "profile") as page:
+            await page.wait_for("document.querySelectorAll('#gpus tbody tr').length === 8")
+            await page.wait_for("document.body.dataset.live === 'connected'")
+            assert await page.evaluate("document.querySelector('#action').dataset.action") == (
+                "resume"
+            )
+            await wait_until(lambda: daemon.events.subscriber_count > 0, what="the page's stream")
+
+            nvml.gpus[6].temperature_c = 86.0  # 4 C from its 90 C slowdown
+            await wait_until(lambda: receiver.node_state.get("gpu-node-07") == "drained")
+            # What the page shows now came over /v1/events, not a reload.
+            await page.wait_for("document.querySelector('#action').dataset.action === 'drain'")
+            await page.wait_for(
+                "document.querySelector('#timeline li[data-action=\"drain\"]') !== null"
+            )
+            await page.wait_for(
+                "document.querySelector('#gpus tr[data-gpu=\"6\"]').dataset.condition !== 'ok'"
+            )
+            hot = await page.evaluate(
+                "document.querySelector('#gpus tr[data-gpu=\"6\"]').innerText"
+            )
+            assert "86.0 °C" in hot and "4.0 °C" in hot  # temperature and margin
+            cool = await page.evaluate(
+                "document.querySelector('#gpus tr[data-gpu=\"0\"]').dataset.condition"
+            )
+            assert cool == "ok"
+            timeline = await page.evaluate("document.querySelector('#timeline').innerText")
+            assert "drain" in timeline and "gpu-node-07" in timeline
+            png = await page.screenshot()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    shot = tmp_path / "node-page.png"
+    shot.write_bytes(png)
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(shot, ARTIFACT)
+
+
+async def test_the_page_is_served_from_the_package_read_only(
+    receiver: FakeWebhookScheduler, secret_file: Path
+) -> None:
+    nvml = fake_node()
+    async with (
+        running_daemon(nvml, receiver, secret_file) as daemon,
+        aiohttp.ClientSession() as http,
+    ):
+        base = f"http://127.0.0.1:{daemon.api_port}"
+        async with http.get(f"{base}/") as resp:
+            assert resp.status == 200 and resp.content_type == "text/html"
+            html = await resp.text()
+            # Nothing from outside the agent: no absolute URL to load.
+            assert "http://" not in html and "https://" not in html
+            assert "'self'" in resp.headers["Content-Security-Policy"]
+        async with http.get(f"{base}/static/page.js") as resp:
+            assert resp.status == 200 and resp.content_type == "text/javascript"
+            assert "https://" not in await resp.text()
+        for bad in ("/static/../api.py", "/static/nope.js", "/static/index.html"):
+            async with http.get(base + bad) as resp:
+                assert resp.status == 404, bad
+        async with http.post(f"{base}/", data=b"x") as resp:
+            assert resp.status == 405
