@@ -429,3 +429,47 @@ def test_loop_reads_each_coolant_series_once(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(policy, "fresh", counting)
     sim.loop()
     assert len(calls) == len({id(r) for r in calls}) == 6  # supply, return, flow, 2 pumps, leak
+
+
+# -- absent is not unknown --------------------------------------------------------------
+
+
+def _inlet_probe(t: float, probe: str, value: float | None, quality: Quality) -> Reading:
+    reason = "" if quality is Quality.GOOD else f"{quality.value} slot"
+    return Reading(
+        "pdu",
+        f"inlet.{probe}",
+        SensorKind.INLET_TEMPERATURE,
+        value,
+        "celsius",
+        quality,
+        t,
+        1e9 + t,
+        reason=reason,
+        labels={"rack": "r1", "probe": probe},
+    )
+
+
+@pytest.mark.parametrize(
+    ("slot", "known"),
+    [
+        ([Quality.ABSENT] * 3, True),  # never fitted: left out
+        ([Quality.GOOD, Quality.GOOD, Quality.BAD], False),  # present, then BAD: unknown
+        ([Quality.GOOD, Quality.GOOD, Quality.ABSENT], False),  # present, then gone: unknown
+    ],
+)
+def test_an_absent_probe_slot_does_not_make_the_air_unknown(
+    slot: list[Quality], known: bool
+) -> None:
+    policy = Policy(PolicySettings(), {"r1": ("n1",)})
+    for k, q in enumerate(slot):
+        t = float(k)
+        policy.observe([_inlet_probe(t, "top", 24.0, Quality.GOOD)])
+        policy.observe([_inlet_probe(t, "slot4", 24.0 if q is Quality.GOOD else None, q)])
+    air, _ = policy._air("r1", policy.tracker.rack["r1"], 2.0)
+    assert air.monitored and air.known is known
+
+
+def test_absent_reading_carries_no_value() -> None:
+    with pytest.raises(ValueError, match="ABSENT reading must not carry a value"):
+        _inlet_probe(0.0, "slot4", 1.0, Quality.ABSENT)

@@ -186,3 +186,26 @@ def test_example_commented_sources_are_valid(
     text = uncomment_block(example, header)
     cfg = parse_config(text)
     assert cfg.sources[source].type == kind
+
+
+def test_example_names_every_policy_key() -> None:
+    """Every [policy] setting (one definition: policies/settings.py + the daemon's) is shown."""
+    import dataclasses
+
+    from daemon.config.policy import PolicyConfig
+
+    text = EXAMPLE.read_text()
+    for f in dataclasses.fields(PolicyConfig):
+        key = "[policy.racks." if f.name == "racks" else f"\n{f.name} = "
+        assert key in text, f"{f.name} is not in the example's [policy] table"
+
+
+def test_per_rack_limits_are_validated_with_key_paths() -> None:
+    text = MINIMAL + "[policy.racks.rack-a]\ninlet_limit_c = 99.0\nsupply = 1\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    message = str(err.value)
+    assert "policy.racks.rack-a.inlet_limit_c: must be at most 60, got 99.0" in message
+    assert "policy.racks.rack-a.supply: unknown key" in message
+    ok = parse_config(MINIMAL + "[policy.racks.rack-a]\ninlet_limit_c = 40.0\n")
+    assert ok.policy.inlet_limit("rack-a") == 40.0 and ok.policy.inlet_limit("b") == 32.0
