@@ -114,6 +114,9 @@ class _Gpu:
     # Heating faster than max_gpu_rate_c_per_min over two confirm windows at flat power
     # (the signature of heat removal failing, not of load): the newer window's rate, C/s.
     fast_heating_c_per_s: float | None = None
+    # Margin this GPU would have at its enforced power limit, from the lower bound of its
+    # thermal resistance estimate and what it rejects heat to now (None: no estimate).
+    full_load_margin: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +221,13 @@ class Policy:
         tracker = self.tracker.nodes.get(node)
         if tracker is None:
             return []
-        return [self._gpu(gpu, tracker.gpus[gpu], now) for gpu in sorted(tracker.gpus, key=_order)]
+        reference = self.tracker.rack[self.rack_of[node]].reference(now)
+        return [
+            self._gpu(gpu, tracker.gpus[gpu], now, reference)
+            for gpu in sorted(tracker.gpus, key=_order)
+        ]
 
-    def _gpu(self, gpu: str, t: GpuTracker, now: float) -> _Gpu:
+    def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> _Gpu:
         s = self._settings
         subject = f"gpu{gpu}"
         temp, why_t = fresh(t.temperature, now, s.stale_after_s)
@@ -244,6 +251,9 @@ class Policy:
             words.append(f"{-trend.slope * 60:+.1f}C/min")
         if fast is not None:
             words.append(f"heating {fast * 60:+.0f}C/min at flat power")
+        full = _full_load_margin(t, slow, reference, now, s)
+        if full is not None and full < s.exit_margin_c:
+            words.append(f"{full:.1f}C below slowdown at full power")
         if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
             late_w = _minutes(ttt.late_s) if ttt.late_s is not None else "never"
             early_w = _minutes(ttt.early_s) if ttt.early_s is not None else "?"
@@ -271,7 +281,7 @@ class Policy:
             detail=", ".join(words),
         )
         only_forecast = cond is Condition.WARNING and margin > s.enter_margin_c
-        return _Gpu(a, margin, ttt, fall, only_forecast, at_risk, fast)
+        return _Gpu(a, margin, ttt, fall, only_forecast, at_risk, fast, full)
 
     # -- rack evidence -----------------------------------------------------------
 
@@ -609,6 +619,13 @@ class Policy:
             return Verdict(
                 Condition.WARNING, False, domain, _reason(hot, len(warning), domain, why, s)
             ), hot
+        unfit = [
+            g
+            for g in known
+            if g.full_load_margin is not None and g.full_load_margin < s.enter_margin_c
+        ]
+        if unfit and state.action is Action.RESUME:
+            return self._unfit(rack, unfit, loop, air), _worst(known)
         # Follow a rack-wide drain that began after this node last came back (a node
         # that resumed on its own evidence does not re-follow what it already saw).
         since = state.since if state.since is not None else float("-inf")
@@ -626,6 +643,22 @@ class Policy:
         return Verdict(
             cond, healthy, state.domain if cond is Condition.WARNING else domain
         ), _worst(known)
+
+    def _unfit(self, rack: str, unfit: list[_Gpu], loop: LoopEvidence, air: AirEvidence) -> Verdict:
+        """Not fit for new work: a GPU would pass the enter margin at its power limit."""
+        worst = min(unfit, key=lambda g: g.full_load_margin or 0.0)
+        if loop.supply_rising:
+            domain, why = FaultDomain.COOLING_LOOP, f"; cooling loop: {loop.detail}"
+        elif air.rising:
+            domain, why = FaultDomain.RACK, f"; rack: {air.detail}"
+        else:
+            domain, why = (FaultDomain.NODE if len(unfit) >= 2 else FaultDomain.GPU), ""
+        more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
+        reason = (
+            f"{REASON_PREFIX} {worst.assessment.subject} would be "
+            f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
+        )
+        return Verdict(Condition.WARNING, False, domain, reason)
 
     def _facility(self, rack: str, gpus: list[_Gpu], ev: _RackEvidence) -> Verdict | None:
         """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
@@ -680,6 +713,8 @@ class Policy:
             if g.margin is None or g.margin < s.exit_margin_c or g.at_risk:
                 return False
             if g.fast_heating_c_per_s is not None:
+                return False
+            if g.full_load_margin is not None and g.full_load_margin < s.exit_margin_c:
                 return False
         # Never back into a rack past (or heading for) a facility limit, or a loop without flow.
         horizon = 2 * s.drain_horizon_s
@@ -791,6 +826,17 @@ def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
     newer, older = rates
     fastest = s.max_gpu_rate_c_per_min / 60.0
     return newer if newer > fastest and older > fastest else None
+
+
+def _full_load_margin(
+    t: GpuTracker, slowdown: float, reference: float | None, now: float, s: PolicySettings
+) -> float | None:
+    """Slowdown minus the temperature at the enforced power limit (conservative bound)."""
+    limit, _ = fresh(t.limit, now, s.stale_after_s)
+    est = t.resistance.estimate(s.trend_min_points)
+    if reference is None or limit is None or est is None:
+        return None
+    return slowdown - (reference + est.lo * limit)
 
 
 def _time_to_slowdown(fast: list[_Gpu]) -> float | None:

@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from policies.forecast import SeriesForecaster
+from policies.forecast import SeriesForecaster, z_for
+from policies.headroom import ResistanceEstimator
 from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
 from policies.window import BucketWindow
@@ -112,6 +113,7 @@ class GpuTracker:
         "power",
         "recent_power",
         "recent_temp",
+        "resistance",
         "shutdown",
         "slowdown",
         "step_times",
@@ -136,6 +138,23 @@ class GpuTracker:
         # two confirm windows, power over the settle time (a step's heating lasts that long).
         self.recent_temp: deque[tuple[float, float]] = deque()
         self.recent_power: deque[tuple[float, float]] = deque()
+        keep = max(3, round(settings.trend_window_s / settings.trend_bucket_s))
+        self.resistance = ResistanceEstimator(
+            settings.trend_bucket_s, keep, z_for(settings.confidence)
+        )
+
+    def sample_resistance(self, r: Reading, reference: float | None) -> None:
+        """Feed the thermal-resistance estimate with a temperature reading, if steady."""
+        p = self.power
+        if not r.usable or r.value is None or reference is None or p is None:
+            return
+        if not p.usable or p.value is None or r.mono - p.mono > self._settings.stale_after_s:
+            return
+        rates = self.heating_rate(r.mono)
+        fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+        heating = rates is not None and abs(rates[0]) > fastest
+        steady = self.power_steady() and not heating
+        self.resistance.add(r.mono, r.value - reference, p.value, steady)
 
     def heating_rate(self, now: float) -> tuple[float, float] | None:
         """The temperature slope (C/s) over the last and the previous confirm window.
@@ -385,6 +404,19 @@ class RackTracker:
         if last is None or mono > last:
             self.coolant_last = mono
 
+    def reference(self, now: float) -> float | None:
+        """What the GPUs reject heat to: the highest fresh coolant supply, else inlet air."""
+        stale = self._settings.rack_stale_after_s
+        for kind in (SensorKind.COOLANT_SUPPLY_TEMPERATURE, SensorKind.INLET_TEMPERATURE):
+            values = [
+                v
+                for x in self.slow[kind].values()
+                if (v := fresh(x.latest, now, stale)[0]) is not None
+            ]
+            if values:
+                return max(values)
+        return None
+
     def coolant_silent(self, now: float) -> bool:
         """The cooling unit has missed two polls (or never answered)."""
         if self.coolant_last is None:
@@ -425,6 +457,9 @@ class Tracker:
                 if g is None:
                     g = tracker.gpus[gpu] = GpuTracker(self.settings)
                 g.observe(r)
+                if r.kind is SensorKind.GPU_TEMPERATURE:
+                    rt = self.rack.get(self.rack_of.get(node, "")) if node else None
+                    g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
                 continue
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:

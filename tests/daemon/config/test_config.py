@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from daemon.cli import main
 from daemon.config import ConfigError, load_config, parse_config
+from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import WebhookSchedulerConfig
 from daemon.config.sources import NvmlSourceConfig
 from tests.support.paths import ROOT
@@ -190,10 +192,6 @@ def test_example_commented_sources_are_valid(
 
 def test_example_names_every_policy_key() -> None:
     """Every [policy] setting (one definition: policies/settings.py + the daemon's) is shown."""
-    import dataclasses
-
-    from daemon.config.policy import PolicyConfig
-
     text = EXAMPLE.read_text()
     for f in dataclasses.fields(PolicyConfig):
         key = "[policy.racks." if f.name == "racks" else f"\n{f.name} = "
