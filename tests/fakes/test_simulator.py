@@ -404,9 +404,9 @@ def test_sensor_dropout_flags_only_that_gpu_for_its_duration() -> None:
 
 def test_recovery_returns_to_normal() -> None:
     run = run_scenario("recovery")
-    assert run.peak_c > 75.0  # the outage really heated the GPUs
+    assert run.peak_c >= SLOWDOWN  # a loaded rack's 40 s pump stop reaches slowdown
     assert run.final is not None
-    assert max(temps(run.final)) < 70.0
+    assert max(temps(run.final)) < 75.0  # back near 71 C on the 34 C warm-water loop
     assert not any(g.lost for n in run.final.nodes for g in n.gpus)
     assert run.final.cdu.pump_running and not run.final.cdu.alarm
 

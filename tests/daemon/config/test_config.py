@@ -207,3 +207,8 @@ def test_per_rack_limits_are_validated_with_key_paths() -> None:
     assert "policy.racks.rack-a.supply: unknown key" in message
     ok = parse_config(MINIMAL + "[policy.racks.rack-a]\ninlet_limit_c = 40.0\n")
     assert ok.policy.inlet_limit("rack-a") == 40.0 and ok.policy.inlet_limit("b") == 32.0
+
+
+def test_every_policy_setting_carries_its_own_doc() -> None:
+    for f in dataclasses.fields(PolicyConfig):
+        assert f.metadata.get("doc"), f"policy setting {f.name} has no doc in its definition"
