@@ -57,11 +57,22 @@ def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | 
     return r.value, ""
 
 
+_MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
+
+
 def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
-    """The median pairwise slope (Theil-Sen) of (t, value) points; None under 4 points."""
+    """The median pairwise slope (Theil-Sen) of (t, value) points; None under 4 points.
+
+    More than ``_MAX_SLOPE_POINTS`` points (a 100 Hz sampler) are averaged into that
+    many consecutive groups first, so the cost stays bounded.
+    """
     pts = list(points)
     if len(pts) < 4:
         return None
+    if len(pts) > _MAX_SLOPE_POINTS:
+        k = len(pts) / _MAX_SLOPE_POINTS
+        groups = [pts[round(i * k) : round((i + 1) * k)] for i in range(_MAX_SLOPE_POINTS)]
+        pts = [(sum(t for t, _ in g) / len(g), sum(v for _, v in g) / len(g)) for g in groups if g]
     slopes = sorted(
         (pts[j][1] - pts[i][1]) / (pts[j][0] - pts[i][0])
         for i in range(len(pts) - 1)
