@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import pytest
@@ -20,7 +20,7 @@ from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.model import Action, FaultDomain, Quality, Reading, SensorKind
 from policies.policy import Outcome, Policy
 from policies.safety import ClusterLedger, Overrides
-from policies.settings import PolicySettings
+from policies.settings import PolicySettings, RackLimits
 from policies.trace import TraceError, encode_header, parse
 from policies.tracking import SlowSeries, Tracker
 from policies.window import BucketWindow
@@ -75,6 +75,7 @@ CDU_KINDS = {
     "pump2": SensorKind.PUMP_STATE,
     "leak": SensorKind.LEAK,
     "inlet": SensorKind.INLET_TEMPERATURE,
+    "supply_limit": SensorKind.COOLANT_SUPPLY_LIMIT,
 }
 
 
@@ -473,3 +474,39 @@ def test_an_absent_probe_slot_does_not_make_the_air_unknown(
 def test_absent_reading_carries_no_value() -> None:
     with pytest.raises(ValueError, match="ABSENT reading must not carry a value"):
         _inlet_probe(0.0, "slot4", 1.0, Quality.ABSENT)
+
+
+# -- facility limits -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("unit_limit", "supply", "excluded"),
+    [
+        (None, 40.0, False),  # the configured 45 C: under it
+        (None, 46.0, True),  # past the configured limit
+        (38.0, 40.0, True),  # the cooling unit's own alarm limit wins where it reports one
+    ],
+)
+def test_supply_at_its_limit_excludes_every_node_of_the_loop(
+    unit_limit: float | None, supply: float, excluded: bool
+) -> None:
+    sim = Sim()
+    loop = {**HEALTHY_CDU, "supply": supply}
+    if unit_limit is not None:
+        loop["supply_limit"] = unit_limit
+    decided = sim.run(30, {"n1": COOL, "n2": COOL}, loop)
+    if not excluded:
+        assert decided == []
+        return
+    assert actions(decided) == [
+        ("n1", Action.EXCLUDE, FaultDomain.COOLING_LOOP),
+        ("n2", Action.EXCLUDE, FaultDomain.COOLING_LOOP),
+    ]
+    assert decided[0].decision is not None
+    assert "coolant supply of r1 at or above its limit" in decided[0].decision.reason
+
+
+def test_a_per_rack_inlet_limit_overrides_the_default() -> None:
+    a3 = replace(S, racks={"r1": RackLimits(inlet_limit_c=40.0)})
+    assert Sim().run(30, {"n1": COOL, "n2": COOL}, {"inlet": 35.0}) != []  # A1: past 32 C
+    assert Sim(a3).run(30, {"n1": COOL, "n2": COOL}, {"inlet": 35.0}) == []
