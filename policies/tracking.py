@@ -378,7 +378,9 @@ class RackTracker:
 
     def observe(self, r: Reading) -> None:
         """Take one rack-level reading; kinds the policy does not use are ignored."""
-        if r.kind in _COOLANT_KINDS and r.quality is not Quality.ABSENT:
+        if r.kind in _COOLANT_KINDS and r.usable:
+            # Only data counts as the unit answering: an adapter reporting a silent
+            # subscription stamps BAD readings at every poll.
             self._polled(r.mono)
         by_key = self.slow.get(r.kind)
         if by_key is not None:
@@ -429,7 +431,7 @@ class RackTracker:
         return None
 
     def coolant_silent(self, now: float) -> bool:
-        """The cooling unit has missed two polls (or never answered)."""
+        """The cooling unit has missed two polls (or never answered with data)."""
         if self.coolant_last is None:
             return True
         interval = self.coolant_interval_s or self._settings.rack_stale_after_s / 2
