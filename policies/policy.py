@@ -714,8 +714,6 @@ class Policy:
                 return False
             if g.fast_heating_c_per_s is not None:
                 return False
-            if g.full_load_margin is not None and g.full_load_margin < s.exit_margin_c:
-                return False
         # Never back into a rack past (or heading for) a facility limit, or a loop without flow.
         horizon = 2 * s.drain_horizon_s
         if loop.flow_lost or loop.limit_within(horizon) or air.limit_within(horizon):
@@ -831,7 +829,12 @@ def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
 def _full_load_margin(
     t: GpuTracker, slowdown: float, reference: float | None, now: float, s: PolicySettings
 ) -> float | None:
-    """Slowdown minus the temperature at the enforced power limit (conservative bound)."""
+    """Slowdown minus the temperature at the enforced power limit (conservative bound).
+
+    It drains a node in service; it does not hold a drained node out: after a repair
+    the estimate lags by minutes (the GPU must settle, then fill the window), while the
+    GPU's own margins show the repair at once.
+    """
     limit, _ = fresh(t.limit, now, s.stale_after_s)
     est = t.resistance.estimate(s.trend_min_points)
     if reference is None or limit is None or est is None:

@@ -149,7 +149,9 @@ class GpuTracker:
         # two confirm windows, power over the settle time (a step's heating lasts that long).
         self.recent_temp: deque[tuple[float, float]] = deque()
         self.recent_power: deque[tuple[float, float]] = deque()
-        keep = max(3, round(settings.trend_window_s / settings.trend_bucket_s))
+        # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
+        # to follow a cold plate that degrades or is repaired within a few minutes.
+        keep = 2 * settings.trend_min_points
         self.resistance = ResistanceEstimator(
             settings.trend_bucket_s, keep, z_for(settings.confidence)
         )
