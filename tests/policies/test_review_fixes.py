@@ -472,7 +472,7 @@ def test_an_absent_probe_slot_does_not_make_the_air_unknown(
 
 
 def test_absent_reading_carries_no_value() -> None:
-    with pytest.raises(ValueError, match="ABSENT reading must not carry a value"):
+    with pytest.raises(ValueError, match="absent reading must not carry a value"):
         _inlet_probe(0.0, "slot4", 1.0, Quality.ABSENT)
 
 
