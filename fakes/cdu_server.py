@@ -302,9 +302,17 @@ class FakeCduServer:
         self.publishes += 1
 
     async def follow(self, snapshot: Callable[[], CduSnapshot], period_s: float) -> None:
-        """Publish ``snapshot()`` every ``period_s`` until cancelled (for the demo)."""
+        """Publish ``snapshot()`` every ``period_s`` until cancelled (for the demo).
+
+        While the simulated unit is silent (the ``cdu_silent`` event) the server stalls.
+        """
+        silenced = False
         while True:
-            await self.publish(snapshot())
+            snap = snapshot()
+            if snap.answering == silenced:  # the simulated unit went silent or came back
+                silenced = not snap.answering
+                self.stall(silenced)
+            await self.publish(snap)
             await asyncio.sleep(period_s)
 
     # --- building --------------------------------------------------------------------

@@ -163,6 +163,8 @@ def daemon_config(
         load_settle_s = {120.0 / speed}
         max_gpu_rate_c_per_min = {10.0 * speed}
         max_air_rate_c_per_min = {5.0 * speed}
+        flow_loss_confirm_s = {5.0 / speed}
+        critical_grace_s = {20.0 / speed}
         storm_window_s = {600.0 / speed}
         resume_window_s = {60.0 / speed}
         resume_jitter = 0.05

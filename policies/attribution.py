@@ -44,13 +44,18 @@ class LoopEvidence:
     known: bool = False  # every monitored coolant series is fresh
     leak: bool = False
     # Pump stopped with no normal flow (or every pump stopped), or flow under the low
-    # fraction of its sustained high.
+    # fraction of its sustained high, confirmed by two fresh samples flow_loss_confirm_s
+    # apart (a blip that recovers within the window is not lost flow).
     flow_lost: bool = False
     supply_rising: bool = False  # supply well above its window minimum, or trending up
     supply_rate_c_per_s: float | None = None  # a trusted, significant supply trend
     detail: str = ""
     # The newest supply bucket mean is at least supply_rise_c above the window's lowest.
     supply_risen: bool = False
+    silent: bool = False  # the cooling unit has missed its last polls
+    limit_c: float | None = None  # the supply limit in force
+    over_limit: bool = False  # the supply's held level is at or above the limit
+    limit_early_s: float | None = None  # earliest plausible crossing of the limit (trusted)
 
     @property
     def failing(self) -> bool:
@@ -58,9 +63,20 @@ class LoopEvidence:
         return self.leak or self.flow_lost
 
     @property
+    def current(self) -> bool:
+        """The loop is being watched now: every series fresh and the unit answering."""
+        return self.monitored and self.known and not self.silent
+
+    def limit_within(self, horizon_s: float) -> bool:
+        """The supply is at its limit or forecast to cross it within ``horizon_s``."""
+        return self.over_limit or (
+            self.limit_early_s is not None and self.limit_early_s <= horizon_s
+        )
+
+    @property
     def healthy(self) -> bool:
-        """Known, and neither failing nor warming."""
-        return self.known and not self.failing and not self.supply_rising
+        """Known, and neither failing, warming nor at its limit."""
+        return self.known and not self.failing and not self.supply_rising and not self.over_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +87,25 @@ class AirEvidence:
     known: bool = False
     rate_c_per_s: float | None = None  # the hottest probe's trusted rising trend
     detail: str = ""
+    limit_c: float | None = None  # the inlet limit in force
+    over_limit: bool = False  # a probe's held level is at or above the limit
+    limit_early_s: float | None = None  # earliest plausible crossing of the limit (trusted)
 
     @property
     def rising(self) -> bool:
         """The inlet air is warming (trusted trend)."""
         return self.rate_c_per_s is not None and self.rate_c_per_s > 0
 
+    def limit_within(self, horizon_s: float) -> bool:
+        """The air is at its limit or forecast to cross it within ``horizon_s``."""
+        return self.over_limit or (
+            self.limit_early_s is not None and self.limit_early_s <= horizon_s
+        )
+
     @property
     def healthy(self) -> bool:
-        """Known and not warming."""
-        return self.known and not self.rising
+        """Known, not warming, and under its limit."""
+        return self.known and not self.rising and not self.over_limit
 
 
 def _explains(rate: float | None, margin_fall_c_per_s: float | None) -> bool:

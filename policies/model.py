@@ -43,6 +43,7 @@ class SensorKind(enum.StrEnum):
     ENERGY = "energy"
     COOLANT_SUPPLY_TEMPERATURE = "coolant_supply_temperature"
     COOLANT_RETURN_TEMPERATURE = "coolant_return_temperature"
+    COOLANT_SUPPLY_LIMIT = "coolant_supply_limit"  # the cooling unit's own supply alarm limit
     COOLANT_FLOW = "coolant_flow"
     COOLANT_PRESSURE = "coolant_pressure"
     COOLANT_DIFFERENTIAL_PRESSURE = "coolant_differential_pressure"
@@ -55,7 +56,7 @@ class SensorKind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One sample of one series, with its quality; a BAD reading carries no value."""
+    """One sample of one series, with its quality; a BAD or ABSENT reading carries no value."""
 
     source: str
     sensor: str

@@ -65,7 +65,7 @@ from policies.safety import (
     update_breaker,
 )
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker, RackTracker, SlowSeries, Tracker, fresh
+from policies.tracking import GpuTracker, RackTracker, SlowSeries, Tracker, absent, fresh
 
 _TRACKER_FIELDS = (
     "trend_bucket_s",
@@ -111,6 +111,12 @@ class _Gpu:
     fall_c_per_s: float | None  # trusted margin decline rate
     predicted: bool  # WARNING from the forecast alone
     at_risk: bool  # a forecast breach within twice the drain horizon
+    # Heating faster than max_gpu_rate_c_per_min over two confirm windows at flat power
+    # (the signature of heat removal failing, not of load): the newer window's rate, C/s.
+    fast_heating_c_per_s: float | None = None
+    # Margin this GPU would have at its enforced power limit, from the lower bound of its
+    # thermal resistance estimate and what it rejects heat to now (None: no estimate).
+    full_load_margin: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +221,13 @@ class Policy:
         tracker = self.tracker.nodes.get(node)
         if tracker is None:
             return []
-        return [self._gpu(gpu, tracker.gpus[gpu], now) for gpu in sorted(tracker.gpus, key=_order)]
+        reference = self.tracker.rack[self.rack_of[node]].reference(now)
+        return [
+            self._gpu(gpu, tracker.gpus[gpu], now, reference)
+            for gpu in sorted(tracker.gpus, key=_order)
+        ]
 
-    def _gpu(self, gpu: str, t: GpuTracker, now: float) -> _Gpu:
+    def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> _Gpu:
         s = self._settings
         subject = f"gpu{gpu}"
         temp, why_t = fresh(t.temperature, now, s.stale_after_s)
@@ -226,6 +236,7 @@ class Policy:
             detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
             a = Assessment(subject, FaultDomain.GPU, Condition.UNKNOWN, now, detail=detail)
             return _Gpu(a, None, None, None, False, False)
+        fast = _fast_heating(t, now, s)
         shut, _ = fresh(t.shutdown, now, s.stale_after_s)
         margin = slow - temp
         ttt = t.margin.time_to(s.critical_margin_c, falling=True, at=now)
@@ -238,6 +249,11 @@ class Policy:
         words = [f"{temp:.0f}C, {margin:.1f}C below slowdown {slow:.0f}C"]
         if trend is not None:
             words.append(f"{-trend.slope * 60:+.1f}C/min")
+        if fast is not None:
+            words.append(f"heating {fast * 60:+.0f}C/min at flat power")
+        full = _full_load_margin(t, slow, reference, now, s)
+        if full is not None and full < s.exit_margin_c:
+            words.append(f"{full:.1f}C below slowdown at full power")
         if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
             late_w = _minutes(ttt.late_s) if ttt.late_s is not None else "never"
             early_w = _minutes(ttt.early_s) if ttt.early_s is not None else "?"
@@ -265,7 +281,7 @@ class Policy:
             detail=", ".join(words),
         )
         only_forecast = cond is Condition.WARNING and margin > s.enter_margin_c
-        return _Gpu(a, margin, ttt, fall, only_forecast, at_risk)
+        return _Gpu(a, margin, ttt, fall, only_forecast, at_risk, fast, full)
 
     # -- rack evidence -----------------------------------------------------------
 
@@ -273,8 +289,8 @@ class Policy:
         self, rack: str, now: float, node_margins: Mapping[str, float]
     ) -> _RackEvidence:
         rt = self.tracker.rack[rack]
-        loop = self._loop(rt, now)
-        air, probes = self._air(rt, now)
+        loop = self._loop(rack, rt, now)
+        air, probes = self._air(rack, rt, now)
         supply = _highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, self._settings)
         ret = _highest_fresh(rt, SensorKind.COOLANT_RETURN_TEMPERATURE, now, self._settings)
         parts = []
@@ -297,8 +313,16 @@ class Policy:
             parts.append(air.detail)
         if not (loop.monitored or air.monitored or spread is not None):
             return _RackEvidence(loop, air, None)
-        if loop.failing:  # direct evidence, on fresh readings, whatever else is stale
+        horizon = self._settings.drain_horizon_s
+        if air.over_limit:
+            cond, domain = Condition.CRITICAL, FaultDomain.RACK
+        elif loop.over_limit:
+            cond, domain = Condition.CRITICAL, FaultDomain.COOLING_LOOP
+        elif loop.failing or loop.limit_within(horizon):
+            # Direct evidence, on fresh readings, whatever else is stale.
             cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+        elif air.limit_within(horizon):
+            cond, domain = Condition.WARNING, FaultDomain.RACK
         elif (loop.monitored and not loop.known) or (air.monitored and not air.known):
             cond, domain = Condition.UNKNOWN, FaultDomain.NONE
         elif loop.supply_rising:
@@ -319,86 +343,128 @@ class Policy:
         )
         return _RackEvidence(loop, air, a)
 
-    def _loop(self, rt: RackTracker, now: float) -> LoopEvidence:
+    def _loop(self, rack: str, rt: RackTracker, now: float) -> LoopEvidence:
         s = self._settings
         stale = s.rack_stale_after_s
+        confirm = s.flow_loss_confirm_s
 
-        def values(readings: Iterable[Reading | None]) -> list[float | None]:
-            return [fresh(r, now, stale)[0] for r in readings]
+        def present(by_key: Mapping[str, SlowSeries]) -> list[tuple[str, SlowSeries]]:
+            return [(k, x) for k, x in by_key.items() if not x.absent]
 
-        supplies = list(rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE].values())
-        flows = list(rt.slow[SensorKind.COOLANT_FLOW].values())
-        supply_v = values(x.latest for x in supplies)
-        flow_v = values(x.latest for x in flows)
-        return_v = values(x.latest for x in rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE].values())
-        pump_v = values(rt.state[SensorKind.PUMP_STATE].values())
-        leak_v = values(rt.state[SensorKind.LEAK].values())
+        def states(kind: SensorKind) -> list[tuple[str, Reading]]:
+            return [(k, r) for k, r in rt.state[kind].items() if not absent(r, k in rt.present)]
+
+        supplies = present(rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE])
+        flows = present(rt.slow[SensorKind.COOLANT_FLOW])
+        returns = present(rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE])
+        pumps, leaks = states(SensorKind.PUMP_STATE), states(SensorKind.LEAK)
+        supply_v = [fresh(x.latest, now, stale)[0] for _, x in supplies]
+        flow_v = [fresh(x.latest, now, stale)[0] for _, x in flows]
+        return_v = [fresh(x.latest, now, stale)[0] for _, x in returns]
+        pump_v = [fresh(r, now, stale)[0] for _, r in pumps]
+        leak_v = [fresh(r, now, stale)[0] for _, r in leaks]
         every = [*supply_v, *flow_v, *return_v, *pump_v, *leak_v]
         if not every:
             return LoopEvidence()
         # Every flag below comes from fresh readings only, so a fresh leak or a stopped
         # pump counts even while another coolant series is stale or BAD; ``known``
-        # (all of them fresh) is what "healthy" needs.
+        # (all of them fresh) is what "healthy" needs. Absent series (not fitted, never
+        # present) are neither: they are left out.
         known = all(v is not None for v in every)
         words = []
         leak = any(v is not None and v >= 0.5 for v in leak_v)
         if leak:
             words.append("leak")
         flow_words = []
+        flow_confirmed = False
         normal_flow = False
-        for f, v in zip(flows, flow_v, strict=True):
+        for (key, f), v in zip(flows, flow_v, strict=True):
             if v is None:
                 continue
             high = f.sustained_high
             if high is not None and high > 0 and v < s.flow_low_fraction * high:
+                run = rt.runs.get(key)
+                sure = run is not None and run.confirmed(confirm)
+                flow_confirmed = flow_confirmed or sure
                 flow_words.append(
                     f"flow {v:.1f} ({v / high:.0%} of its sustained high, {high:.1f})"
+                    + ("" if sure else ", confirming")
                 )
             elif v > 0:
                 normal_flow = True
         # A stopped pump is lost flow unless the flow says otherwise (a standby pump):
         # with every pump stopped the pumps are believed over the flow meter.
         stopped = sum(v is not None and v < 0.5 for v in pump_v)
-        pump_lost = stopped > 0 and (stopped == len(pump_v) or not normal_flow)
+        sure_stopped = sum(
+            v is not None
+            and v < 0.5
+            and (run := rt.runs.get(k)) is not None
+            and run.confirmed(confirm)
+            for (k, _), v in zip(pumps, pump_v, strict=True)
+        )
+        pump_lost = sure_stopped > 0 and (sure_stopped == len(pump_v) or not normal_flow)
         if pump_lost:
             words.append("pump stopped")
+        elif stopped and (stopped == len(pump_v) or not normal_flow):
+            words.append("pump stopped, confirming")
         elif stopped:
             words.append("a pump stopped, flow normal")
         words += flow_words
         risen = False
         rate: float | None = None
-        for sup, v in zip(supplies, supply_v, strict=True):
+        limit = _supply_limit(rack, rt, now, s)
+        over = False
+        early: float | None = None
+        for (_, sup), v in zip(supplies, supply_v, strict=True):
             if v is None:
                 continue
             level, lowest = sup.held_level(), sup.window_min()
             if level is not None and lowest is not None and level - lowest >= s.supply_rise_c:
                 risen = True
                 words.append(f"supply {level:.1f}C, +{level - lowest:.1f}C in the window")
+            if level is not None and level >= limit:
+                over = True
+                words.append(f"supply {level:.1f}C at or above its limit {limit:.0f}C")
             r = _rising_rate(sup)
             if r is not None:
                 rate = r if rate is None else max(rate, r)
                 words.append(f"supply rising {r * 60:+.2f}C/min")
+            e = _limit_early(sup, limit, now)
+            if e is not None and (early is None or e < early):
+                early = e
+        if early is not None and not over:
+            words.append(f"supply limit {limit:.0f}C in ~{_minutes(early)}")
+        silent = rt.coolant_silent(now)
+        if silent:
+            words.append("cooling unit not answering")
         if not known:
             words.append("some coolant series stale or BAD")
         return LoopEvidence(
             True,
             known,
             leak,
-            pump_lost or bool(flow_words),
+            pump_lost or flow_confirmed,
             risen or rate is not None,
             rate,
             ", ".join(words),
             supply_risen=risen,
+            silent=silent,
+            limit_c=limit,
+            over_limit=over,
+            limit_early_s=early,
         )
 
-    def _air(self, rt: RackTracker, now: float) -> tuple[AirEvidence, dict[str, float]]:
+    def _air(self, rack: str, rt: RackTracker, now: float) -> tuple[AirEvidence, dict[str, float]]:
         stale = self._settings.rack_stale_after_s
-        inlets = rt.slow[SensorKind.INLET_TEMPERATURE]
+        inlets = {k: x for k, x in rt.slow[SensorKind.INLET_TEMPERATURE].items() if not x.absent}
         if not inlets:
             return AirEvidence(), {}
+        limit = self._settings.inlet_limit(rack)
         probes: dict[str, float] = {}
         known = True
+        over = False
         rate: float | None = None
+        early: float | None = None
         words = []
         for key, series in sorted(inlets.items()):
             v, _ = fresh(series.latest, now, stale)
@@ -406,15 +472,25 @@ class Policy:
                 known = False
                 continue
             assert series.latest is not None
-            probes[series.latest.labels.get("probe", key)] = v
+            probe = series.latest.labels.get("probe", key)
+            probes[probe] = v
+            level = series.held_level()
+            if level is not None and level >= limit:
+                over = True
+                words.append(f"inlet {probe} {level:.1f}C at or above its limit {limit:.0f}C")
             r = _rising_rate(series)
             if r is not None and (rate is None or r > rate):
                 rate = r
+            e = _limit_early(series, limit, now)
+            if e is not None and (early is None or e < early):
+                early = e
         if rate is not None:
             words.append(f"inlet air rising {rate * 60:+.2f}C/min")
+        if early is not None and not over:
+            words.append(f"inlet limit {limit:.0f}C in ~{_minutes(early)}")
         if not known:
             words.append("some inlet probes stale or BAD")
-        return AirEvidence(True, known, rate, ", ".join(words)), probes
+        return AirEvidence(True, known, rate, ", ".join(words), limit, over, early), probes
 
     # -- one node ------------------------------------------------------------------
 
@@ -534,12 +610,22 @@ class Policy:
             return Verdict(
                 Condition.CRITICAL, False, domain, _reason(hot, len(warning), domain, why, s)
             ), hot
+        facility = self._facility(rack, gpus, ev)
+        if facility is not None:
+            return facility, _worst(near or known)
         if warning:
             hot = _worst([g for g in warning if not g.predicted] or warning)
             assert hot is not None
             return Verdict(
                 Condition.WARNING, False, domain, _reason(hot, len(warning), domain, why, s)
             ), hot
+        unfit = [
+            g
+            for g in known
+            if g.full_load_margin is not None and g.full_load_margin < s.enter_margin_c
+        ]
+        if unfit and state.action is Action.RESUME:
+            return self._unfit(rack, unfit, loop, air), _worst(known)
         # Follow a rack-wide drain that began after this node last came back (a node
         # that resumed on its own evidence does not re-follow what it already saw).
         since = state.since if state.since is not None else float("-inf")
@@ -558,6 +644,59 @@ class Policy:
             cond, healthy, state.domain if cond is Condition.WARNING else domain
         ), _worst(known)
 
+    def _unfit(self, rack: str, unfit: list[_Gpu], loop: LoopEvidence, air: AirEvidence) -> Verdict:
+        """Not fit for new work: a GPU would pass the enter margin at its power limit."""
+        worst = min(unfit, key=lambda g: g.full_load_margin or 0.0)
+        if loop.supply_rising:
+            domain, why = FaultDomain.COOLING_LOOP, f"; cooling loop: {loop.detail}"
+        elif air.rising:
+            domain, why = FaultDomain.RACK, f"; rack: {air.detail}"
+        else:
+            domain, why = (FaultDomain.NODE if len(unfit) >= 2 else FaultDomain.GPU), ""
+        more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
+        reason = (
+            f"{REASON_PREFIX} {worst.assessment.subject} would be "
+            f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
+        )
+        return Verdict(Condition.WARNING, False, domain, reason)
+
+    def _facility(self, rack: str, gpus: list[_Gpu], ev: _RackEvidence) -> Verdict | None:
+        """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
+        s = self._settings
+        loop, air = ev.loop, ev.air
+        horizon = s.drain_horizon_s
+        if air.over_limit:
+            reason = f"{REASON_PREFIX} inlet air of {rack} at or above its limit: {air.detail}"
+            return Verdict(Condition.CRITICAL, False, FaultDomain.RACK, reason)
+        if loop.over_limit:
+            reason = (
+                f"{REASON_PREFIX} coolant supply of {rack} at or above its limit: {loop.detail}"
+            )
+            return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
+        fast = [g for g in gpus if g.fast_heating_c_per_s is not None]
+        # Without a current view of the loop (no cooling unit, or it stopped answering),
+        # several GPUs heating fast at flat power is heat removal failing, not load.
+        signature = len(fast) >= 2 and not loop.current
+        if loop.flow_lost or signature:
+            if loop.flow_lost:
+                cause = f"cooling loop of {rack} lost flow ({loop.detail})"
+            else:
+                cause = f"{len(fast)} GPUs heating fast at flat power, cooling failing"
+            grace = _time_to_slowdown(fast)
+            if grace is not None and grace < s.critical_grace_s:
+                reason = f"{REASON_PREFIX} {cause}: slowdown in ~{grace:.0f}s"
+                return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
+            return Verdict(
+                Condition.WARNING, False, FaultDomain.COOLING_LOOP, f"{REASON_PREFIX} {cause}"
+            )
+        if loop.limit_within(horizon):
+            reason = f"{REASON_PREFIX} coolant supply of {rack} nearing its limit: {loop.detail}"
+            return Verdict(Condition.WARNING, False, FaultDomain.COOLING_LOOP, reason)
+        if air.limit_within(horizon):
+            reason = f"{REASON_PREFIX} inlet air of {rack} nearing its limit: {air.detail}"
+            return Verdict(Condition.WARNING, False, FaultDomain.RACK, reason)
+        return None
+
     def _healthy(
         self,
         state: NodeState,
@@ -573,6 +712,12 @@ class Policy:
         for g in gpus:
             if g.margin is None or g.margin < s.exit_margin_c or g.at_risk:
                 return False
+            if g.fast_heating_c_per_s is not None:
+                return False
+        # Never back into a rack past (or heading for) a facility limit, or a loop without flow.
+        horizon = 2 * s.drain_horizon_s
+        if loop.flow_lost or loop.limit_within(horizon) or air.limit_within(horizon):
+            return False
         if state.domain is FaultDomain.COOLING_LOOP and loop.monitored and not loop.healthy:
             return False
         return not (state.domain is FaultDomain.RACK and air.monitored and not air.healthy)
@@ -646,6 +791,65 @@ def _rising_rate(series: SlowSeries) -> float | None:
     if f.trusted and f.trend is not None and f.trend.rising:
         return f.trend.slope
     return None
+
+
+def _limit_early(series: SlowSeries, limit: float, now: float) -> float | None:
+    """When a series on a trusted rising trend reaches a facility ``limit`` (point estimate).
+
+    Not the early bound, as for a GPU margin: a facility limit is an allowable, not a
+    trip, and a slow drift's slope bound over one trend window is wide enough to drain
+    hours early; lead_margin is the safety factor.
+    """
+    if _rising_rate(series) is None:
+        return None
+    ttt = series.forecaster.time_to(limit, falling=False, at=now)
+    return ttt.point_s if ttt is not None else None
+
+
+def _supply_limit(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> float:
+    """The cooling unit's own supply alarm limit where it reports one, else the configured."""
+    own = [
+        v
+        for r in rt.state[SensorKind.COOLANT_SUPPLY_LIMIT].values()
+        if (v := fresh(r, now, s.rack_stale_after_s)[0]) is not None
+    ]
+    return min(own) if own else s.supply_limit(rack)
+
+
+def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
+    """The heating rate (C/s) when both confirm windows exceed the step rate at flat power."""
+    rates = t.heating_rate(now)
+    if rates is None or not t.power_steady():
+        return None
+    newer, older = rates
+    fastest = s.max_gpu_rate_c_per_min / 60.0
+    return newer if newer > fastest and older > fastest else None
+
+
+def _full_load_margin(
+    t: GpuTracker, slowdown: float, reference: float | None, now: float, s: PolicySettings
+) -> float | None:
+    """Slowdown minus the temperature at the enforced power limit (conservative bound).
+
+    It drains a node in service; it does not hold a drained node out: after a repair
+    the estimate lags by minutes (the GPU must settle, then fill the window), while the
+    GPU's own margins show the repair at once.
+    """
+    limit, _ = fresh(t.limit, now, s.stale_after_s)
+    est = t.resistance.estimate(s.trend_min_points)
+    if reference is None or limit is None or est is None:
+        return None
+    return slowdown - (reference + est.lo * limit)
+
+
+def _time_to_slowdown(fast: list[_Gpu]) -> float | None:
+    """Seconds until the first fast-heating GPU reaches slowdown at its observed rate."""
+    times = [
+        g.margin / g.fast_heating_c_per_s
+        for g in fast
+        if g.margin is not None and g.fast_heating_c_per_s
+    ]
+    return max(0.0, min(times)) if times else None
 
 
 def _evidence_seen(domain: FaultDomain, ev: _RackEvidence) -> bool:

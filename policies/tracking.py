@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from policies.forecast import SeriesForecaster
+from policies.forecast import SeriesForecaster, z_for
+from policies.headroom import ResistanceEstimator
 from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
 from policies.window import BucketWindow
@@ -35,6 +36,15 @@ def gpu_kind(kind: SensorKind) -> bool:
     return kind in _GPU_KINDS
 
 
+def absent(r: Reading | None, ever_usable: bool) -> bool:
+    """A series that is absent (not fitted) and was never present: neither fault nor evidence.
+
+    A series that was present and then reports absent is a change worth not trusting:
+    it stays unknown like a BAD one.
+    """
+    return r is not None and r.quality is Quality.ABSENT and not ever_usable
+
+
 def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | None, str]:
     """The value of a reading a policy may act on now, or None and why not."""
     if r is None:
@@ -45,6 +55,60 @@ def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | 
     if age > stale_after_s:
         return None, f"stale ({age:.0f}s old)"
     return r.value, ""
+
+
+_MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
+
+
+def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
+    """The median pairwise slope (Theil-Sen) of (t, value) points; None under 4 points.
+
+    More than ``_MAX_SLOPE_POINTS`` points (a 100 Hz sampler) are averaged into that
+    many consecutive groups first, so the cost stays bounded.
+    """
+    pts = list(points)
+    if len(pts) < 4:
+        return None
+    if len(pts) > _MAX_SLOPE_POINTS:
+        k = len(pts) / _MAX_SLOPE_POINTS
+        groups = [pts[round(i * k) : round((i + 1) * k)] for i in range(_MAX_SLOPE_POINTS)]
+        pts = [(sum(t for t, _ in g) / len(g), sum(v for _, v in g) / len(g)) for g in groups if g]
+    slopes = sorted(
+        (pts[j][1] - pts[i][1]) / (pts[j][0] - pts[i][0])
+        for i in range(len(pts) - 1)
+        for j in range(i + 1, len(pts))
+        if pts[j][0] > pts[i][0]
+    )
+    if not slopes:
+        return None
+    mid = len(slopes) // 2
+    return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+
+
+class LossRun:
+    """A run of successive samples of one series that all showed loss (flow low, pump stopped)."""
+
+    __slots__ = ("last", "since")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # the first sample of the current run
+        self.last: float | None = None  # its newest sample
+
+    def update(self, mono: float, lost: bool) -> None:
+        """One fresh usable sample; a sample without loss ends the run."""
+        if not lost:
+            self.since = self.last = None
+        else:
+            self.since = mono if self.since is None else self.since
+            self.last = mono
+
+    def confirmed(self, confirm_s: float) -> bool:
+        """Two samples at least ``confirm_s`` apart showed loss, and none between did not."""
+        return (
+            self.since is not None
+            and self.last is not None
+            and self.last - self.since >= confirm_s - 1e-6
+        )
 
 
 class GpuTracker:
@@ -58,6 +122,9 @@ class GpuTracker:
         "load_steps",
         "margin",
         "power",
+        "recent_power",
+        "recent_temp",
+        "resistance",
         "shutdown",
         "slowdown",
         "step_times",
@@ -78,6 +145,57 @@ class GpuTracker:
         self._power_ref: float | None = None
         self.load_steps = 0
         self.step_times: deque[float] = deque(maxlen=16)  # recent load steps (bucket times)
+        # Raw samples for the fast signature (heating with flat power): temperatures over
+        # two confirm windows, power over the settle time (a step's heating lasts that long).
+        self.recent_temp: deque[tuple[float, float]] = deque()
+        self.recent_power: deque[tuple[float, float]] = deque()
+        # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
+        # to follow a cold plate that degrades or is repaired within a few minutes.
+        keep = 2 * settings.trend_min_points
+        self.resistance = ResistanceEstimator(
+            settings.trend_bucket_s, keep, z_for(settings.confidence)
+        )
+
+    def sample_resistance(self, r: Reading, reference: float | None) -> None:
+        """Feed the thermal-resistance estimate with a temperature reading, if steady."""
+        p = self.power
+        if not r.usable or r.value is None or reference is None or p is None:
+            return
+        if not p.usable or p.value is None or r.mono - p.mono > self._settings.stale_after_s:
+            return
+        rates = self.heating_rate(r.mono)
+        fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+        heating = rates is not None and abs(rates[0]) > fastest
+        steady = self.power_steady() and not heating
+        self.resistance.add(r.mono, r.value - reference, p.value, steady)
+
+    def heating_rate(self, now: float) -> tuple[float, float] | None:
+        """The temperature slope (C/s) over the last and the previous confirm window.
+
+        None until both windows hold enough samples: one sample cannot make a rate,
+        and a rise must last two windows to count (a blip that recovers does not).
+        """
+        w = self._settings.flow_loss_confirm_s
+        newer = [(t, v) for t, v in self.recent_temp if now - w <= t <= now]
+        older = [(t, v) for t, v in self.recent_temp if now - 2 * w <= t <= now - w]
+        a, b = median_slope(newer), median_slope(older)
+        return None if a is None or b is None else (a, b)
+
+    def power_steady(self) -> bool:
+        """No power change of a load step over the settle time (and none detected)."""
+        if len(self.recent_power) < 2:
+            return False
+        watts = [v for _, v in self.recent_power]
+        limit = self.limit.value if self.limit is not None and self.limit.usable else None
+        step = self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
+        return max(watts) - min(watts) <= step
+
+    def _remember(self, q: deque[tuple[float, float]], r: Reading, keep_s: float) -> None:
+        if not r.usable or r.value is None or (q and r.mono <= q[-1][0]):
+            return
+        q.append((r.mono, r.value))
+        while q and q[0][0] < r.mono - keep_s:
+            q.popleft()
 
     def observe(self, r: Reading) -> None:
         """Take one reading of this GPU."""
@@ -86,6 +204,7 @@ class GpuTracker:
         kind = r.kind
         if kind is _TEMPERATURE:
             self.temperature = r
+            self._remember(self.recent_temp, r, 2 * self._settings.flow_loss_confirm_s + 1.0)
             slow = self.slowdown
             if r.quality is _GOOD and slow is not None and slow.quality is _GOOD:
                 assert r.value is not None and slow.value is not None
@@ -94,6 +213,8 @@ class GpuTracker:
             self.slowdown = r
         elif kind is _POWER:
             self.power = r
+            keep = max(self._settings.load_settle_s, 2 * self._settings.flow_loss_confirm_s)
+            self._remember(self.recent_power, r, keep)
             if r.quality is _GOOD and r.value is not None and self._power.add(r.mono, r.value):
                 self._check_load_step()
         elif kind is _POWER_LIMIT:
@@ -142,6 +263,7 @@ class SlowSeries:
         "_prev",
         "_prev_sample",
         "_reference_s",
+        "ever_usable",
         "forecaster",
         "latest",
         "raw",
@@ -149,6 +271,7 @@ class SlowSeries:
 
     def __init__(self, settings: PolicySettings, max_rate_per_min: float | None) -> None:
         self.latest: Reading | None = None
+        self.ever_usable = False
         self.forecaster = SeriesForecaster(settings.trend(max_rate_per_min))
         self.raw = BucketWindow(settings.trend_bucket_s, settings.trend_window_s)
         self._reference_s = max(settings.trend_window_s, self.REFERENCE_S)
@@ -162,6 +285,7 @@ class SlowSeries:
         """Take one reading of this series."""
         self.latest = r
         if r.usable and r.value is not None:
+            self.ever_usable = True
             self.forecaster.add(r.mono, r.value)
             last_t, last_value = self.raw.last_t, self.raw.last_value
             if self.raw.add(r.mono, r.value):
@@ -182,6 +306,11 @@ class SlowSeries:
         peaks.append((bucket.t, held))
         while peaks[0][0] < bucket.t - self._reference_s:
             peaks.popleft()
+
+    @property
+    def absent(self) -> bool:
+        """Reported absent (no probe fitted, not on the device) and never present."""
+        return absent(self.latest, self.ever_usable)
 
     @property
     def sustained_high(self) -> float | None:
@@ -222,6 +351,17 @@ _STATE_RACK_KINDS = (
     SensorKind.PUMP_STATE,
     SensorKind.LEAK,
     SensorKind.POWER,
+    SensorKind.COOLANT_SUPPLY_LIMIT,
+)
+# Kinds whose polls tell whether the cooling unit is answering.
+_COOLANT_KINDS = frozenset(
+    {
+        SensorKind.COOLANT_SUPPLY_TEMPERATURE,
+        SensorKind.COOLANT_RETURN_TEMPERATURE,
+        SensorKind.COOLANT_FLOW,
+        SensorKind.PUMP_STATE,
+        SensorKind.LEAK,
+    }
 )
 
 
@@ -232,9 +372,18 @@ class RackTracker:
         self._settings = settings
         self.slow: dict[SensorKind, dict[str, SlowSeries]] = {k: {} for k in _SLOW_RACK_KINDS}
         self.state: dict[SensorKind, dict[str, Reading]] = {k: {} for k in _STATE_RACK_KINDS}
+        self.present: set[str] = set()  # state series that have had a usable reading
+        self.runs: dict[str, LossRun] = {}  # loss runs of flow and pump series
+        # When the cooling unit last answered, and its usual poll interval.
+        self.coolant_last: float | None = None
+        self.coolant_interval_s: float | None = None
 
     def observe(self, r: Reading) -> None:
         """Take one rack-level reading; kinds the policy does not use are ignored."""
+        if r.kind in _COOLANT_KINDS and r.usable:
+            # Only data counts as the unit answering: an adapter reporting a silent
+            # subscription stamps BAD readings at every poll.
+            self._polled(r.mono)
         by_key = self.slow.get(r.kind)
         if by_key is not None:
             series = by_key.get(r.key)
@@ -242,11 +391,53 @@ class RackTracker:
                 s = self._settings
                 rate = None if r.kind is SensorKind.COOLANT_FLOW else s.max_air_rate_c_per_min
                 series = by_key[r.key] = SlowSeries(s, rate)
+            high = series.sustained_high
             series.observe(r)
+            if r.kind is SensorKind.COOLANT_FLOW and r.usable and r.value is not None:
+                low = (
+                    high is not None
+                    and high > 0
+                    and r.value < self._settings.flow_low_fraction * high
+                )
+                self.runs.setdefault(r.key, LossRun()).update(r.mono, low)
             return
         latest = self.state.get(r.kind)
         if latest is not None:
             latest[r.key] = r
+            if r.usable and r.value is not None:
+                self.present.add(r.key)
+                if r.kind is SensorKind.PUMP_STATE:
+                    self.runs.setdefault(r.key, LossRun()).update(r.mono, r.value < 0.5)
+
+    def _polled(self, mono: float) -> None:
+        last = self.coolant_last
+        if last is not None and mono > last:
+            gap = mono - last
+            old = self.coolant_interval_s
+            # The usual interval: a slow average, so one late poll does not redefine it.
+            self.coolant_interval_s = gap if old is None else old + 0.2 * (gap - old)
+        if last is None or mono > last:
+            self.coolant_last = mono
+
+    def reference(self, now: float) -> float | None:
+        """What the GPUs reject heat to: the highest fresh coolant supply, else inlet air."""
+        stale = self._settings.rack_stale_after_s
+        for kind in (SensorKind.COOLANT_SUPPLY_TEMPERATURE, SensorKind.INLET_TEMPERATURE):
+            values = [
+                v
+                for x in self.slow[kind].values()
+                if (v := fresh(x.latest, now, stale)[0]) is not None
+            ]
+            if values:
+                return max(values)
+        return None
+
+    def coolant_silent(self, now: float) -> bool:
+        """The cooling unit has missed two polls (or never answered with data)."""
+        if self.coolant_last is None:
+            return True
+        interval = self.coolant_interval_s or self._settings.rack_stale_after_s / 2
+        return now - self.coolant_last > 2.0 * interval + 1.0
 
 
 class Tracker:
@@ -281,6 +472,9 @@ class Tracker:
                 if g is None:
                     g = tracker.gpus[gpu] = GpuTracker(self.settings)
                 g.observe(r)
+                if r.kind is SensorKind.GPU_TEMPERATURE:
+                    rt = self.rack.get(self.rack_of.get(node, "")) if node else None
+                    g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
                 continue
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:

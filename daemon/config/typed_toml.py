@@ -4,7 +4,8 @@ A schema is a tree of frozen dataclasses. Field types may be str, int, float,
 bool, Path, Literal[...], X | None, list[X], tuple[X, ...], dict[str, X] and
 nested dataclasses. A dataclass with a ``type`` field whose annotation is a
 Literal may be one arm of a tagged union (``A | B``): the ``type`` key picks it.
-Range limits come from field metadata made by :func:`bounded`.
+Range limits come from field metadata made by :func:`bounded` (policies/bounds.py,
+so the pure policy's own settings carry theirs).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+from policies.bounds import bounded
+
+__all__ = ["ConfigError", "bounded", "load_typed"]
 
 T = TypeVar("T")
 
@@ -28,21 +33,6 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-def bounded(
-    default: Any = dataclasses.MISSING,
-    *,
-    gt: float | None = None,
-    ge: float | None = None,
-    le: float | None = None,
-    lt: float | None = None,
-) -> Any:
-    """A dataclass field with numeric bounds checked on load."""
-    meta = {k: v for k, v in {"gt": gt, "ge": ge, "le": le, "lt": lt}.items() if v is not None}
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
 
 
 def _join(path: str, key: str | int) -> str:

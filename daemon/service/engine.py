@@ -6,12 +6,12 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
 from daemon.service.state import StateStore
-from policies.model import Action, Condition, Decision, FaultDomain
+from policies.model import Action, Condition, Decision, FaultDomain, Quality, Reading
 from policies.policy import Outcome, Policy
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterLedger, ClusterView, Overrides
@@ -65,6 +65,7 @@ class PolicyEngine:
         self.gate: Gate | None = None
         self.last: Outcome | None = None
         self.decisions: deque[Decision] = deque(maxlen=history)
+        self._absent_logged: set[str] = set()
 
     @property
     def settings(self) -> PolicySettings:
@@ -101,7 +102,9 @@ class PolicyEngine:
         return self._hand_on(outcome, now)
 
     def _evaluate(self, now: float, wall: float) -> Outcome:
-        self.policy.observe(self._store.readings())
+        readings = self._store.readings()
+        self._log_absent(readings)
+        self.policy.observe(readings)
         return self.policy.evaluate(
             now, wall, self.cluster_view(now), self.overrides, nodes=(self.node,)
         )[self.node]
@@ -119,7 +122,37 @@ class PolicyEngine:
             self._on_decision(d)
         return outcome
 
+    def _log_absent(self, readings: Iterable[Reading]) -> None:
+        """Say once per series that a sensor is absent (not fitted): it is left out, not a fault."""
+        for r in readings:
+            if r.quality is Quality.ABSENT and r.key not in self._absent_logged:
+                self._absent_logged.add(r.key)
+                log.warning("%s: sensor %s is absent (%s): left out", self.node, r.key, r.reason)
+
+    def _log_rack_changes(self, before: Outcome | None, after: Outcome) -> None:
+        """The rack's (and its cooling loop's) assessment: log each change of condition."""
+        old, new = before.rack if before else None, after.rack
+        if new is None or (
+            old is not None and (old.condition, old.domain) == (new.condition, new.domain)
+        ):
+            return
+        healthy = new.condition is Condition.OK
+        level = logging.INFO if healthy else logging.WARNING
+        if old is None and healthy:
+            level = logging.DEBUG
+        words = "the rack" if new.domain is not FaultDomain.COOLING_LOOP else "the cooling loop"
+        log.log(
+            level,
+            "%s: rack %s %s (%s): %s",
+            self.node,
+            new.subject,
+            new.condition,
+            words if not healthy else "healthy",
+            new.detail or "no detail",
+        )
+
     def _log_changes(self, before: Outcome | None, after: Outcome) -> None:
+        self._log_rack_changes(before, after)
         old = before.node.condition if before else None
         new = after.node.condition
         if new != old:

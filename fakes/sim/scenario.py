@@ -46,6 +46,7 @@ class EventKind(StrEnum):
     CRAC_FAIL = "crac_fail"
     CRAC_RESTORE = "crac_restore"
     LEAK = "leak"
+    CDU_SILENT = "cdu_silent"  # the cooling unit stops answering its clients for a while
 
 
 class _Target(StrEnum):
@@ -93,6 +94,7 @@ _EVENT_SPECS: dict[EventKind, tuple[_Target, dict[str, _Param]]] = {
     ),
     EventKind.CRAC_RESTORE: (_Target.RACK, {}),
     EventKind.LEAK: (_Target.CDU, {"active": _Param(bool, True)}),
+    EventKind.CDU_SILENT: (_Target.CDU, {"duration_s": _Param(float, None, 0.0, None)}),
 }
 
 
@@ -113,13 +115,18 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class RackLayout:
-    """The rack: node names bottom to top, GPUs per node, inlet probe labels bottom to top."""
+    """The rack: node names bottom to top, GPUs per node, inlet probe labels bottom to top.
+
+    ``empty_probe_slots`` are PDU sensor slots with no probe fitted: the PDU reports a
+    sentinel for them, which a reader turns into ABSENT readings.
+    """
 
     nodes: tuple[str, ...]
     gpus_per_node: int = 8
     gpu_model: str = "h100-sxm"
     probes: tuple[str, ...] = ("bottom", "middle", "top")
     host_overhead_w: float = 2000.0
+    empty_probe_slots: tuple[str, ...] = ()
 
     @property
     def model(self) -> GpuModel:
@@ -159,6 +166,8 @@ class Expect:
     """Ground truth for a run of the whole scenario."""
 
     drained_nodes: tuple[str, ...] = ()
+    # Of those, the nodes that must be back in service at the end of the run.
+    resumed_nodes: tuple[str, ...] = ()
     first_crossing: Crossing | None = None  # None: no GPU may cross slowdown
     min_margin_c: float | None = None  # every GPU stays this far below slowdown
     final_max_c: float | None = None  # every live GPU ends the run at or below this
@@ -342,6 +351,12 @@ def _expect(t: _Table, rack: RackLayout) -> Expect:
     for node in drained:
         if node not in rack.nodes:
             raise t.fail(t.key("drained_nodes"), f"names unknown node {node!r}")
+    resumed = t.strs("resumed_nodes", ())
+    for node in resumed:
+        if node not in drained:
+            raise t.fail(
+                t.key("resumed_nodes"), f"names {node!r}, which drained_nodes does not list"
+            )
     if t.has("drains"):
         drains = t.int_("drains", lo=0)
         if drains != len(drained):
@@ -367,7 +382,9 @@ def _expect(t: _Table, rack: RackLayout) -> Expect:
     margin = t.num("min_margin_c", -1.0)
     final = t.num("final_max_c", -1.0)
     t.done()
-    return Expect(drained, crossing, margin if margin >= 0 else None, final if final >= 0 else None)
+    return Expect(
+        drained, resumed, crossing, margin if margin >= 0 else None, final if final >= 0 else None
+    )
 
 
 def parse_scenario(data: Mapping[str, Any], *, where: str = "<scenario>") -> Scenario:
@@ -394,8 +411,11 @@ def parse_scenario(data: Mapping[str, Any], *, where: str = "<scenario>") -> Sce
     probes = r.strs("probes", ("bottom", "middle", "top"))
     if not probes or len(set(probes)) != len(probes):
         raise r.fail(r.key("probes"), "must list at least one label, without duplicates")
+    empty = r.strs("empty_probe_slots", ())
+    if set(empty) & set(probes) or len(set(empty)) != len(empty):
+        raise r.fail(r.key("empty_probe_slots"), "must not repeat a slot or name a fitted probe")
     rack = RackLayout(
-        nodes, gpus_per_node, gpu_model, probes, r.num("host_overhead_w", 2000.0, lo=0.0)
+        nodes, gpus_per_node, gpu_model, probes, r.num("host_overhead_w", 2000.0, lo=0.0), empty
     )
     r.done()
 

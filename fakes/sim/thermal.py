@@ -130,6 +130,7 @@ class CduSnapshot:
     pump_running: bool
     leak: bool
     alarm: bool
+    answering: bool = True  # False while the unit is silent: its clients get no data
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +223,7 @@ class RackSimulator:
         self._chiller: tuple[float, float] | None = None  # (rate C/s, cap C)
         self._crac: tuple[float, float] | None = None
         self._leak = False
+        self._silent_until = -1.0
         self._apply_due_events()
         self._settle()
 
@@ -414,6 +416,8 @@ class RackSimulator:
             self._crac = None
         elif kind is EventKind.LEAK:
             self._leak = bool(ev.params["active"])
+        elif kind is EventKind.CDU_SILENT:
+            self._silent_until = now + ev.num("duration_s")
 
     # -- outputs --------------------------------------------------------------
 
@@ -497,6 +501,7 @@ class RackSimulator:
                 or flow_frac < 0.5
                 or self._supply_c > fac.supply_setpoint_c + CDU_ALARM_SUPPLY_RISE_C
             ),
+            answering=now >= self._silent_until,
         )
         inlet = {
             label: self._inlet(hgt) + jitter(sd_t)
@@ -510,6 +515,8 @@ class RackSimulator:
             active.append("crac_fail")
         if self._leak:
             active.append("leak")
+        if not cdu.answering:
+            active.append("cdu_silent")
         return RackSnapshot(
             t=self._t,
             nodes=tuple(nodes),

@@ -101,8 +101,13 @@ def gpu_readings(snap: RackSnapshot, scenario: Scenario, wall_epoch: float) -> l
     return out
 
 
-def rack_readings(snap: RackSnapshot, rack: str, wall_epoch: float) -> list[Reading]:
-    """The PDU's and the CDU's readings in one snapshot."""
+_NO_PROBE = "no probe fitted (the PDU reports its sentinel for this slot)"
+
+
+def rack_readings(
+    snap: RackSnapshot, rack: str, wall_epoch: float, empty_slots: tuple[str, ...] = ()
+) -> list[Reading]:
+    """The PDU's and the CDU's readings in one snapshot (none of the CDU's while it is silent)."""
     t = snap.t
     wall = wall_epoch + t
     out = []
@@ -115,9 +120,27 @@ def rack_readings(snap: RackSnapshot, rack: str, wall_epoch: float) -> list[Read
 
     for probe, c in snap.inlet_c.items():
         add("pdu", f"inlet.{probe}", SensorKind.INLET_TEMPERATURE, "celsius", c, probe=probe)
+    for slot in empty_slots:
+        labels = MappingProxyType({"rack": rack, "probe": slot})
+        out.append(
+            Reading(
+                "pdu",
+                f"inlet.{slot}",
+                SensorKind.INLET_TEMPERATURE,
+                None,
+                "celsius",
+                Quality.ABSENT,
+                t,
+                wall,
+                reason=_NO_PROBE,
+                labels=labels,
+            )
+        )
     for phase, w in snap.pdu_power_w.items():
         add("pdu", f"power.{phase}", SensorKind.POWER, "watts", w, phase=phase)
     cdu = snap.cdu
+    if not cdu.answering:
+        return out
     add("cdu", "supply", SensorKind.COOLANT_SUPPLY_TEMPERATURE, "celsius", cdu.supply_c)
     add("cdu", "return", SensorKind.COOLANT_RETURN_TEMPERATURE, "celsius", cdu.return_c)
     add("cdu", "flow", SensorKind.COOLANT_FLOW, "liters_per_minute", cdu.flow_lpm)
@@ -159,7 +182,7 @@ def scenario_readings(
             if gpus:
                 yield from gpu_readings(snap, sc, wall_epoch)
             if rack_sources and k % every == 0:
-                yield from rack_readings(snap, rack, wall_epoch)
+                yield from rack_readings(snap, rack, wall_epoch, sc.rack.empty_probe_slots)
 
     return header, readings()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import pytest
@@ -20,7 +20,7 @@ from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.model import Action, FaultDomain, Quality, Reading, SensorKind
 from policies.policy import Outcome, Policy
 from policies.safety import ClusterLedger, Overrides
-from policies.settings import PolicySettings
+from policies.settings import PolicySettings, RackLimits
 from policies.trace import TraceError, encode_header, parse
 from policies.tracking import SlowSeries, Tracker
 from policies.window import BucketWindow
@@ -75,6 +75,7 @@ CDU_KINDS = {
     "pump2": SensorKind.PUMP_STATE,
     "leak": SensorKind.LEAK,
     "inlet": SensorKind.INLET_TEMPERATURE,
+    "supply_limit": SensorKind.COOLANT_SUPPLY_LIMIT,
 }
 
 
@@ -122,7 +123,7 @@ class Sim:
         return decided
 
     def loop(self) -> LoopEvidence:
-        return self.policy._loop(self.policy.tracker.rack["r1"], self.t - 1.0)
+        return self.policy._loop("r1", self.policy.tracker.rack["r1"], self.t - 1.0)
 
 
 def actions(decided: list[Outcome]) -> list[tuple[str, Action, FaultDomain]]:
@@ -147,13 +148,15 @@ def test_failing_loop_excludes_even_with_another_coolant_series_bad() -> None:
     sim = Sim()
     sim.run(60, {"n1": COOL, "n2": COOL}, HEALTHY_CDU)
     failing = {**HEALTHY_CDU, "return": None, "pump": 0.0, "flow": 2.0, "supply": 36.0}
-    assert sim.run(20, {"n1": COOL, "n2": COOL}, failing) == []  # heat not at the GPUs yet
-    decided = sim.run(5, {"n1": ONE_HOT, "n2": COOL}, failing)
-    assert actions(decided) == [
-        ("n1", Action.EXCLUDE, FaultDomain.COOLING_LOOP),
-        ("n2", Action.DRAIN, FaultDomain.COOLING_LOOP),  # its rack peer follows
+    # Lost flow, confirmed on fresh samples: both nodes drained, though one series is BAD.
+    drained = sim.run(20, {"n1": COOL, "n2": COOL}, failing)
+    assert actions(drained) == [
+        ("n1", Action.DRAIN, FaultDomain.COOLING_LOOP),
+        ("n2", Action.DRAIN, FaultDomain.COOLING_LOOP),
     ]
-    assert decided[0].critical and decided[1].following == "n1"
+    decided = sim.run(5, {"n1": ONE_HOT, "n2": COOL}, failing)
+    assert actions(decided) == [("n1", Action.EXCLUDE, FaultDomain.COOLING_LOOP)]
+    assert decided[0].critical
     assert decided[0].decision is not None
     assert decided[0].decision.reason.startswith("rackguard: cooling loop failing (pump stopped")
 
@@ -178,12 +181,14 @@ def test_restored_loop_drain_does_not_resume_before_loop_evidence_is_seen() -> N
     assert sim.policy.states["n1"].domain is FaultDomain.COOLING_LOOP
     # GPUs cool, no CDU readings yet (its source not polled yet after the restart).
     assert sim.run(120, {"n1": COOL, "n2": COOL}) == []
-    # The loop is still failing when its readings arrive: stay out.
+    # The loop is still failing when its readings arrive: n1 stays out (n2, in service,
+    # is drained for the lost flow).
     failing = {**HEALTHY_CDU, "pump": 0.0, "flow": 2.0}
-    assert sim.run(120, {"n1": COOL, "n2": COOL}, failing) == []
+    drained = sim.run(120, {"n1": COOL, "n2": COOL}, failing)
+    assert actions(drained) == [("n2", Action.DRAIN, FaultDomain.COOLING_LOOP)]
     # Healthy loop: resume after resume_after_s.
     decided = sim.run(60, {"n1": COOL, "n2": COOL}, HEALTHY_CDU)
-    assert actions(decided) == [("n1", Action.RESUME, FaultDomain.NONE)]
+    assert ("n1", Action.RESUME, FaultDomain.NONE) in actions(decided)
 
 
 def test_restored_rack_drain_waits_for_inlet_air() -> None:
@@ -257,7 +262,7 @@ def test_one_hot_gpu_with_warming_inlet_drains_its_node_only() -> None:
     temps = {"n1": COOL, "n2": COOL}
     for _ in range(240):  # inlet +0.05 C/min, trusted (an exact line beats persistence)
         sim.step(temps, {"inlet": 24.0 + 0.05 * sim.t / 60.0})
-    assert sim.policy._air(sim.policy.tracker.rack["r1"], sim.t - 1)[0].rising
+    assert sim.policy._air("r1", sim.policy.tracker.rack["r1"], sim.t - 1)[0].rising
     decided = []
     for _ in range(60):
         out = sim.step({"n1": ONE_HOT, "n2": COOL}, {"inlet": 24.0 + 0.05 * sim.t / 60.0})
@@ -425,3 +430,83 @@ def test_loop_reads_each_coolant_series_once(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(policy, "fresh", counting)
     sim.loop()
     assert len(calls) == len({id(r) for r in calls}) == 6  # supply, return, flow, 2 pumps, leak
+
+
+# -- absent is not unknown --------------------------------------------------------------
+
+
+def _inlet_probe(t: float, probe: str, value: float | None, quality: Quality) -> Reading:
+    reason = "" if quality is Quality.GOOD else f"{quality.value} slot"
+    return Reading(
+        "pdu",
+        f"inlet.{probe}",
+        SensorKind.INLET_TEMPERATURE,
+        value,
+        "celsius",
+        quality,
+        t,
+        1e9 + t,
+        reason=reason,
+        labels={"rack": "r1", "probe": probe},
+    )
+
+
+@pytest.mark.parametrize(
+    ("slot", "known"),
+    [
+        ([Quality.ABSENT] * 3, True),  # never fitted: left out
+        ([Quality.GOOD, Quality.GOOD, Quality.BAD], False),  # present, then BAD: unknown
+        ([Quality.GOOD, Quality.GOOD, Quality.ABSENT], False),  # present, then gone: unknown
+    ],
+)
+def test_an_absent_probe_slot_does_not_make_the_air_unknown(
+    slot: list[Quality], known: bool
+) -> None:
+    policy = Policy(PolicySettings(), {"r1": ("n1",)})
+    for k, q in enumerate(slot):
+        t = float(k)
+        policy.observe([_inlet_probe(t, "top", 24.0, Quality.GOOD)])
+        policy.observe([_inlet_probe(t, "slot4", 24.0 if q is Quality.GOOD else None, q)])
+    air, _ = policy._air("r1", policy.tracker.rack["r1"], 2.0)
+    assert air.monitored and air.known is known
+
+
+def test_absent_reading_carries_no_value() -> None:
+    with pytest.raises(ValueError, match="absent reading must not carry a value"):
+        _inlet_probe(0.0, "slot4", 1.0, Quality.ABSENT)
+
+
+# -- facility limits -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("unit_limit", "supply", "excluded"),
+    [
+        (None, 40.0, False),  # the configured 45 C: under it
+        (None, 46.0, True),  # past the configured limit
+        (38.0, 40.0, True),  # the cooling unit's own alarm limit wins where it reports one
+    ],
+)
+def test_supply_at_its_limit_excludes_every_node_of_the_loop(
+    unit_limit: float | None, supply: float, excluded: bool
+) -> None:
+    sim = Sim()
+    loop = {**HEALTHY_CDU, "supply": supply}
+    if unit_limit is not None:
+        loop["supply_limit"] = unit_limit
+    decided = sim.run(30, {"n1": COOL, "n2": COOL}, loop)
+    if not excluded:
+        assert decided == []
+        return
+    assert actions(decided) == [
+        ("n1", Action.EXCLUDE, FaultDomain.COOLING_LOOP),
+        ("n2", Action.EXCLUDE, FaultDomain.COOLING_LOOP),
+    ]
+    assert decided[0].decision is not None
+    assert "coolant supply of r1 at or above its limit" in decided[0].decision.reason
+
+
+def test_a_per_rack_inlet_limit_overrides_the_default() -> None:
+    a3 = replace(S, racks={"r1": RackLimits(inlet_limit_c=40.0)})
+    assert Sim().run(30, {"n1": COOL, "n2": COOL}, {"inlet": 35.0}) != []  # A1: past 32 C
+    assert Sim(a3).run(30, {"n1": COOL, "n2": COOL}, {"inlet": 35.0}) == []

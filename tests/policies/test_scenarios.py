@@ -12,18 +12,27 @@ from dataclasses import replace
 
 import pytest
 
-from bench.scoring import ErrorSums, ScenarioScore, real_trace, score_scenario
+from bench.scoring import (
+    BLIND_EVENTS,
+    FACILITY_EVENTS,
+    FAST_ACT_S,
+    FAST_EVENTS,
+    FAST_LEAD_S,
+    ErrorSums,
+    ScenarioScore,
+    real_trace,
+    score_scenario,
+)
 from fakes.sim import list_scenarios, load_scenario
 from fakes.sim.trace_writer import scenario_readings
-from policies.model import Action, FaultDomain, SensorKind
+from policies.model import Action, Decision, FaultDomain, SensorKind
 from policies.replay import replay_readings
 from policies.settings import PolicySettings
 from policies.trace import Header
 from tests.support.paths import SHARED_DATA
 
 SETTINGS = PolicySettings()
-SLOW = ("chiller-loss", "crac-loss")
-FAST = ("pump-failure",)
+SLOW = ("chiller-loss",)
 
 
 @functools.cache
@@ -35,9 +44,14 @@ def test_every_scenario_is_scored() -> None:
     assert set(list_scenarios()) == {
         "chiller-loss",
         "crac-loss",
+        "crac-slow",
+        "empty-probe-slot",
         "hot-gpu",
         "normal-load",
+        "pump-blip",
         "pump-failure",
+        "pump-failure-cdu-silent",
+        "pump-failure-idle-node",
         "recovery",
         "sensor-dropout",
     }
@@ -64,6 +78,41 @@ def test_crossings_are_drained_before_they_happen(name: str) -> None:
     if name in SLOW:
         lead = SETTINGS.lead_time_s
         assert lead <= sc.lead_s <= 2 * lead
+
+
+@pytest.mark.parametrize("name", FAST_EVENTS + BLIND_EVENTS)
+def test_a_lost_loop_is_drained_within_seconds_and_well_before_slowdown(name: str) -> None:
+    sc = scored(name)
+    assert set(sc.first_action_s) == set(load_scenario(name).expect.drained_nodes)
+    assert sc.lead_s is not None and sc.lead_s >= FAST_LEAD_S
+    if name in FAST_EVENTS:  # the CDU reports: acted on at most FAST_ACT_S after the loss
+        assert sc.onset_s is not None and sc.drain_s is not None
+        assert sc.drain_s - sc.onset_s <= FAST_ACT_S
+
+
+def test_an_idle_node_on_a_lost_loop_is_drained_on_its_own_evidence() -> None:
+    header, readings = scenario_readings("pump-failure-idle-node")
+    first: dict[str, Decision] = {}
+    for tick in replay_readings(header, list(readings), SETTINGS):
+        for d in tick.decisions:
+            first.setdefault(d.node, d)
+    idle = first["gpu-node-04"]
+    assert idle.domain is FaultDomain.COOLING_LOOP
+    assert "lost flow" in idle.reason and "following" not in idle.reason
+
+
+@pytest.mark.parametrize("name", FACILITY_EVENTS)
+def test_facility_limits_are_drained_one_to_two_lead_times_ahead(name: str) -> None:
+    sc = scored(name)
+    assert set(sc.first_action_s) == set(load_scenario(name).expect.drained_nodes)
+    lead = SETTINGS.lead_time_s
+    assert sc.limit_lead_s is not None and lead <= sc.limit_lead_s <= 2 * lead
+
+
+@pytest.mark.parametrize("name", ["empty-probe-slot", "recovery"])
+def test_nodes_out_for_the_facility_come_back(name: str) -> None:
+    sc = scored(name)
+    assert sc.resumed_expected and sc.resumed_missing == 0
 
 
 def test_a_hot_gpu_drains_its_node_only_with_minutes_to_spare() -> None:

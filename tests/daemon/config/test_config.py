@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from daemon.cli import main
 from daemon.config import ConfigError, load_config, parse_config
+from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import WebhookSchedulerConfig
 from daemon.config.sources import NvmlSourceConfig
 from tests.support.paths import ROOT
@@ -186,3 +188,27 @@ def test_example_commented_sources_are_valid(
     text = uncomment_block(example, header)
     cfg = parse_config(text)
     assert cfg.sources[source].type == kind
+
+
+def test_example_names_every_policy_key() -> None:
+    """Every [policy] setting (one definition: policies/settings.py + the daemon's) is shown."""
+    text = EXAMPLE.read_text()
+    for f in dataclasses.fields(PolicyConfig):
+        key = "[policy.racks." if f.name == "racks" else f"\n{f.name} = "
+        assert key in text, f"{f.name} is not in the example's [policy] table"
+
+
+def test_per_rack_limits_are_validated_with_key_paths() -> None:
+    text = MINIMAL + "[policy.racks.rack-a]\ninlet_limit_c = 99.0\nsupply = 1\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    message = str(err.value)
+    assert "policy.racks.rack-a.inlet_limit_c: must be at most 60, got 99.0" in message
+    assert "policy.racks.rack-a.supply: unknown key" in message
+    ok = parse_config(MINIMAL + "[policy.racks.rack-a]\ninlet_limit_c = 40.0\n")
+    assert ok.policy.inlet_limit("rack-a") == 40.0 and ok.policy.inlet_limit("b") == 32.0
+
+
+def test_every_policy_setting_carries_its_own_doc() -> None:
+    for f in dataclasses.fields(PolicyConfig):
+        assert f.metadata.get("doc"), f"policy setting {f.name} has no doc in its definition"

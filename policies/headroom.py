@@ -1,0 +1,77 @@
+"""Headroom at full load: a GPU's thermal resistance to its coolant (or inlet air), online.
+
+At steady state a GPU sits at ``T = T_ref + R * P``: ``T_ref`` the coolant supply
+(liquid-cooled) or its inlet air, ``P`` its power, ``R`` the resistance of its
+cold plate, paste and coolant path. ``R = (T - T_ref) / P`` is sampled once per
+bucket while the GPU is steady (no load step over the settle time, no fast
+heating), kept over a bounded window, and summarised robustly: the median, with
+rank-based bounds at the policy's confidence (the order statistics of a
+binomial sign test), so one odd bucket cannot move it. An idle GPU's resistance
+projects what a job landing on it would meet: ``T_ref + R * P_limit``.
+
+Pure: samples in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Resistance:
+    """A thermal resistance estimate in K/W: median with its lower and upper bounds."""
+
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+
+class ResistanceEstimator:
+    """``(T - T_ref) / P`` per steady bucket over the last ``keep`` buckets."""
+
+    __slots__ = ("_bucket", "_bucket_s", "_keep", "_sum", "_z", "samples")
+
+    def __init__(self, bucket_s: float, keep: int, z: float) -> None:
+        self._bucket_s = bucket_s
+        self._keep = keep
+        self._z = z
+        self._bucket: int | None = None
+        self._sum: list[float] = [0.0, 0.0]  # sum of ratios, count (every sample steady)
+        self.samples: deque[float] = deque(maxlen=keep)
+
+    def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
+        """One sample; a bucket counts only if every one of its samples was steady."""
+        if not (math.isfinite(t) and math.isfinite(delta_t) and math.isfinite(power)):
+            return
+        index = math.floor(t / self._bucket_s)
+        if index != self._bucket:
+            self._close()
+            self._bucket = index
+        if not steady or power <= 0.0 or delta_t <= 0.0:
+            self._sum = [math.nan, 0.0]  # poisoned: the bucket is not steady
+            return
+        self._sum[0] += delta_t / power
+        self._sum[1] += 1.0
+
+    def _close(self) -> None:
+        total, n = self._sum
+        if n > 0 and math.isfinite(total):
+            self.samples.append(total / n)
+        self._sum = [0.0, 0.0]
+
+    def estimate(self, min_points: int) -> Resistance | None:
+        """The median and its bounds; None under ``min_points`` steady buckets."""
+        n = len(self.samples)
+        if n < max(3, min_points):
+            return None
+        ordered = sorted(self.samples)
+        mid = n // 2
+        median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+        # Sign-test bounds of a median: ranks n/2 -+ z * sqrt(n) / 2.
+        half = self._z * math.sqrt(n) / 2.0
+        lo_i = max(0, math.floor(n / 2.0 - half) - 1)
+        hi_i = min(n - 1, math.ceil(n / 2.0 + half))
+        return Resistance(median, ordered[lo_i], ordered[hi_i], n)

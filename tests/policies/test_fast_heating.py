@@ -1,0 +1,61 @@
+"""Heat removal failing, seen from the GPUs alone: heating fast over two windows at flat power."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from policies.model import Quality, Reading, SensorKind
+from policies.settings import PolicySettings
+from policies.tracking import GpuTracker, LossRun, median_slope
+
+
+def _reading(kind: SensorKind, t: float, value: float) -> Reading:
+    return Reading("gpus", f"gpu0.{kind.value}", kind, value, "x", Quality.GOOD, t, t)
+
+
+def _feed(
+    g: GpuTracker, seconds: float, rate: float, hz: float, power: float | Callable[[float], float]
+) -> None:
+    n = round(seconds * hz)
+    for k in range(n + 1):
+        t = k / hz
+        watts = power(t) if callable(power) else power
+        g.observe(_reading(SensorKind.GPU_POWER_LIMIT, t, 700.0))
+        g.observe(_reading(SensorKind.GPU_POWER, t, watts))
+        g.observe(_reading(SensorKind.GPU_TEMPERATURE, t, 60.0 + rate * t))
+
+
+@pytest.mark.parametrize("hz", [1.0, 100.0])  # a 100 Hz sampler is averaged, not fitted raw
+def test_heating_at_flat_power_shows_over_both_windows(hz: float) -> None:
+    g = GpuTracker(PolicySettings())
+    _feed(g, 130.0, 0.5, hz, 650.0)
+    rates = g.heating_rate(130.0)
+    assert rates is not None and rates == pytest.approx((0.5, 0.5), rel=0.01)
+    assert g.power_steady()
+
+
+def test_a_load_step_is_not_flat_power() -> None:
+    g = GpuTracker(PolicySettings())
+    _feed(g, 60.0, 0.5, 1.0, lambda t: 100.0 if t < 30 else 650.0)
+    assert not g.power_steady()
+
+
+def test_median_slope_ignores_one_wild_sample() -> None:
+    pts = [(float(t), 2.0 * t) for t in range(10)]
+    pts[5] = (5.0, 500.0)
+    assert median_slope(pts) == pytest.approx(2.0)
+    assert median_slope(pts[:3]) is None
+
+
+def test_a_loss_run_needs_two_samples_the_confirm_window_apart() -> None:
+    run = LossRun()
+    run.update(0.0, True)
+    run.update(3.0, True)
+    assert not run.confirmed(5.0)
+    run.update(5.0, True)
+    assert run.confirmed(5.0)
+    run.update(6.0, False)  # one healthy sample ends the run
+    run.update(7.0, True)
+    assert not run.confirmed(5.0)
