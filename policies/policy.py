@@ -624,7 +624,9 @@ class Policy:
             for g in known
             if g.full_load_margin is not None and g.full_load_margin < s.enter_margin_c
         ]
-        if unfit and state.action is Action.RESUME:
+        # Unfit for full load drains a node in service and keeps a drained one from
+        # resuming: were it resumed, the same estimate would drain it a tick later.
+        if unfit:
             return self._unfit(rack, unfit, loop, air), _worst(known)
         # Follow a rack-wide drain that began after this node last came back (a node
         # that resumed on its own evidence does not re-follow what it already saw).
@@ -831,9 +833,8 @@ def _full_load_margin(
 ) -> float | None:
     """Slowdown minus the temperature at the enforced power limit (conservative bound).
 
-    It drains a node in service; it does not hold a drained node out: after a repair
-    the estimate lags by minutes (the GPU must settle, then fill the window), while the
-    GPU's own margins show the repair at once.
+    It drains a node in service and holds a drained one out while the estimate stays
+    unfit; after a repair the estimate follows within its window of steady periods.
     """
     limit, _ = fresh(t.limit, now, s.stale_after_s)
     est = t.resistance.estimate(s.trend_min_points)
