@@ -26,7 +26,7 @@ class PolicyConfig:
     resume_after_s: float = bounded(300.0, ge=0)
     stale_after_s: float = bounded(5.0, gt=0)
     rack_stale_after_s: float = bounded(30.0, gt=0)
-    evaluate_interval_s: float = bounded(1.0, gt=0, le=60)
+    evaluate_interval_s: float = bounded(1.0, ge=0.01, le=60)
     # Forecast.
     lead_time_s: float = bounded(600.0, gt=0)
     lead_margin: float = bounded(1.5, ge=1, le=4)
