@@ -30,7 +30,6 @@ name = "bench-node"
 port = {port}
 [sources.gpus]
 type = "nvml"
-binding = "fakes.nvml_module"
 interval_s = {interval}
 timeout_s = 0.5
 [policy]
@@ -81,7 +80,7 @@ class Sampled:
 def _start(cfg: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RACKGUARD_FAKE_GPUS": "8"}
     return subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
+        [sys.executable, "-m", "fakes.nvml_module", "run", "--config", str(cfg)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -106,6 +105,7 @@ def measure(seconds: float = 60.0) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         secret = Path(tmp) / "key"
         secret.write_text("bench")
+        secret.chmod(0o600)
         procs: dict[str, subprocess.Popen[bytes]] = {}
         for name, interval in (("agent", 1.0), ("idle", 3600.0)):
             port = _free_port()

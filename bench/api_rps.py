@@ -103,7 +103,9 @@ class RackFakes:
 
 def _config(port: int, tmp: Path, fakes: RackFakes) -> str:
     (tmp / "key").write_text("bench")
+    (tmp / "key").chmod(0o600)
     (tmp / "community").write_text("public")
+    (tmp / "community").chmod(0o600)
     probes = ", ".join(f'"{k}" = "{v}"' for k, v in fakes.probe_positions.items())
     pdus = "".join(
         f"""
@@ -126,7 +128,6 @@ name = "bench-node"
 port = {port}
 [sources.gpus]
 type = "nvml"
-binding = "fakes.nvml_module"
 {pdus}
 [sources.cdu]
 type = "opcua"
@@ -171,7 +172,7 @@ def measure(seconds: float = 5.0, rounds: int = 3) -> list[Row]:
             cfg = tmp / "rg.toml"
             cfg.write_text(_config(port, tmp, fakes))
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
+                [sys.executable, "-m", "fakes.nvml_module", "run", "--config", str(cfg)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

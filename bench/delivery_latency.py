@@ -106,6 +106,7 @@ async def _fake_path(samples: int, work: Path) -> list[Row]:
     await fake.start()
     token = work / "jwt"
     token.write_text("token-root")
+    token.chmod(0o600)
     sink = SlurmSink(fake.url, token=JwtToken(token))
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": "token-root"}
     try:

@@ -22,6 +22,7 @@ from daemon.config import Config, ConfigError, load_config
 from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
 from daemon.version import package_version
+from daemon.service.preflight import preflight_problems
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 1
@@ -37,19 +38,35 @@ def run_async(coro: Coroutine[Any, Any, int]) -> int:
     return result
 
 
+def _refuse(path: Path, problems: Sequence[str]) -> None:
+    print(f"rackguard: invalid configuration {path}:", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
 def _load(path: Path) -> Config | None:
     try:
         return load_config(path)
     except ConfigError as err:
-        print(f"rackguard: invalid configuration {path}:", file=sys.stderr)
-        for problem in err.problems:
-            print(f"  {problem}", file=sys.stderr)
+        _refuse(path, err.problems)
         return None
+
+
+def _load_for_this_node(args: argparse.Namespace, path: Path) -> Config | None:
+    """The file's config, with the checks that need this machine (what `run` would refuse)."""
+    config = _load(path)
+    if config is None:
+        return None
+    problems = preflight_problems(config, nvml_injected=args.nvml is not None)
+    if problems:
+        _refuse(path, problems)
+        return None
+    return config
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config file; exit 2 naming each bad key."""
-    config = _load(args.file)
+    config = _load_for_this_node(args, args.file)
     if config is None:
         return EXIT_CONFIG
     print(f"{args.file}: OK (node {config.node.name}, {len(config.sources)} source(s))")
@@ -58,23 +75,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the daemon until SIGTERM/SIGINT."""
-    config = _load(args.config)
+    config = _load_for_this_node(args, args.config)
     if config is None:
         return EXIT_CONFIG
     setup_logging(config.logging.level, config.logging.format)
-    return run_async(_run(config, args.config))
+    return run_async(_run(config, args.config, args.nvml))
 
 
-async def _run(config: Config, path: Path) -> int:
+async def _run(config: Config, path: Path, nvml: Any) -> int:
     from daemon.service.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
 
     try:
-        daemon = Daemon(config, config_path=path)
+        daemon = Daemon(config, config_path=path, nvml=nvml)
         await daemon.check_sources()
+        await daemon.run()
     except (StartupError, SourceError) as err:
         print(f"rackguard: cannot start: {err}", file=sys.stderr)
         return EXIT_STARTUP
-    await daemon.run()
     return 0
 
 
@@ -90,16 +107,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    return run_async(_probe(config, args.source, as_json=args.json))
+    return run_async(_probe(config, args.source, as_json=args.json, nvml=args.nvml))
 
 
-async def _probe(config: Config, name: str, *, as_json: bool) -> int:
+async def _probe(config: Config, name: str, *, as_json: bool, nvml: Any) -> int:
     from daemon.http.api import reading_to_dict  # noqa: PLC0415
     from daemon.service.sources import build_adapter  # noqa: PLC0415
 
     cfg = config.sources[name]
     try:
-        adapter = build_adapter(name, cfg)
+        adapter = build_adapter(name, cfg, nvml=nvml)
         try:
             async with asyncio.timeout(max(cfg.timeout_s, 5.0)):
                 await adapter.connect()
@@ -204,9 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+def main(argv: Sequence[str] | None = None, *, nvml: Any = None) -> int:
+    """Entry point of the console script.
+
+    ``nvml`` is a simulated NVML binding injected by fakes/nvml_module.py (the
+    tests, a shell on a machine without GPUs); the console script never passes one.
+    """
     args = build_parser().parse_args(argv)
+    args.nvml = nvml
     try:
         code: int = args.func(args)
         sys.stdout.flush()

@@ -25,6 +25,7 @@ from typing import TextIO
 from adapters.schedulers.webhook import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import Config, parse_config
+from daemon.config.sources import MIN_INTERVAL_S
 from daemon.service.app import Daemon
 from fakes.cdu_server import FakeCduServer
 from fakes.nvml import FakeNvml
@@ -134,7 +135,8 @@ def daemon_config(
     node: str, rack: str, url: str, secret: Path, speed: float, fakes: RackFakes | None = None
 ) -> Config:
     """A node agent's config with its time settings scaled to simulated time."""
-    interval = SIM_POLL_S / speed
+    # At very high speeds the poll interval stops shrinking at the config's floor.
+    interval = max(SIM_POLL_S / speed, MIN_INTERVAL_S)
     rack_sources = fakes.sources() if fakes is not None else ""
     return parse_config(
         f"""
@@ -361,6 +363,8 @@ async def run_scenario(
         secret.write_bytes(DEMO_SECRET)
         community = Path(tmp) / "pdu.community"
         community.write_text("public\n")
+        for private in (secret, community):  # secrets readable by others are refused
+            private.chmod(0o600)
         fakes = RackFakes(
             pdu.port,
             community,

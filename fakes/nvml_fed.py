@@ -1,6 +1,7 @@
 """A module-shaped fake NVML fed from a file, for one `rackguard run` process per simulated node.
 
-``binding = "fakes.nvml_fed"`` with ``RACKGUARD_FAKE_GPU_FEED=FILE``: the
+``python -m fakes.nvml_fed run --config ...`` with ``RACKGUARD_FAKE_GPU_FEED=FILE``
+(the config cannot select a fake: this entry point injects it): the
 simulator (in another process) rewrites FILE atomically with the node's GPU
 state (:func:`fakes.sim.nvml_bridge.write_feed`); every temperature read here
 first takes the newest copy, so the real adapter in the real daemon reads what
@@ -10,6 +11,7 @@ the simulator says, through the same pynvml names as fakes/nvml_module.py.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +58,9 @@ def nvmlDeviceGetTemperature(handle: Any, sensor: int) -> int:
 globals().update(
     {n: getattr(FAKE, n) for n in dir(FAKE) if not n.startswith("_") and n != _TEMPERATURE}
 )
+
+
+if __name__ == "__main__":
+    from daemon.cli import main
+
+    sys.exit(main(sys.argv[1:], nvml=sys.modules[__name__]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fakes.scheduler import FakeWebhookScheduler
-from tests.support.secrets import WEBHOOK_SECRET
+from tests.support.secrets import WEBHOOK_SECRET, write_secret
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def state_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def secret_file(tmp_path: Path) -> Path:
     """A readable webhook secret."""
     path = tmp_path / "webhook.key"
-    path.write_text("s3cret-key\n")
+    write_secret(path, "s3cret-key\n")
     return path
 
 

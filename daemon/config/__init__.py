@@ -5,6 +5,8 @@ Every key is documented in systemd/rackguard.example.toml, which a test loads.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,11 @@ class NodeConfig:
         """Names must be usable as scheduler node names."""
         if not self.name.strip() or any(c.isspace() for c in self.name):
             yield "name", f"must be a node name without spaces, got {self.name!r}"
+        elif not self.name.isprintable():
+            # It goes into sd_notify STATUS=, scheduler reasons and every log record.
+            yield "name", f"must be printable (no control characters), got {self.name!r}"
+        if not self.rack.isprintable():
+            yield "rack", f"must be printable (no control characters), got {self.rack!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,21 @@ class LoggingConfig:
     format: Literal["auto", "text", "journald"] = "auto"
 
 
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,62})(\.[A-Za-z0-9][-A-Za-z0-9]{0,62})*$"
+)
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address (or 'localhost') that only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class ApiConfig:
     """The HTTP API for schedulers and operators."""
@@ -70,14 +92,50 @@ class ApiConfig:
     listen: str = "127.0.0.1"
     port: int = bounded(9470, ge=0, le=65535)
     # Bearer token for POST /v1/overrides; unset disables the mutating endpoints.
+    # On a non-loopback address every read but /healthz and /readyz needs it too.
     token_file: Path | None = None
+    # On a non-loopback address without a token, the API is refused unless
+    # this says, explicitly, that anyone who can reach it may read it.
+    unauthenticated_reads: bool = False
+    # Open connections and /v1/events streams served at once; past either the
+    # API answers 503, so local users cannot take the file descriptors that
+    # deliveries need (the daemon keeps a reserve; see docs/operations.md).
+    max_connections: int = bounded(128, ge=1, le=4096)
+    max_event_streams: int = bounded(32, ge=1, le=1024)
+
+    @property
+    def reads_need_token(self) -> bool:
+        """Reads (GETs other than the probes) need the bearer token."""
+        return not is_loopback(self.listen) and not self.unauthenticated_reads
 
     def validate(self) -> Problems:
-        """The token file must be readable when set."""
+        """A usable address; the token file must be private and readable when set."""
+        if not (_HOSTNAME.match(self.listen) or _is_ip(self.listen)):
+            yield "listen", f"must be an IP address or a host name, got {self.listen!r}"
+        elif self.token_file is None and self.reads_need_token:
+            yield (
+                "listen",
+                f"{self.listen!r} is reachable from other machines and no token_file is set:"
+                " set token_file, or unauthenticated_reads = true to let anyone read",
+            )
         if self.token_file is not None:
             problem = secret_problem(resolve_secret(self.token_file))
             if problem:
                 yield "token_file", problem
+        if self.max_event_streams > self.max_connections:
+            yield (
+                "max_event_streams",
+                f"must be at most max_connections ({self.max_connections}),"
+                f" got {self.max_event_streams}",
+            )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +171,17 @@ def parse_config(text: str, *, origin: str = "<config>") -> Config:
 def load_config(path: Path) -> Config:
     """Read, parse and validate a config file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise ConfigError([f"{path}: cannot read config: {err.strerror or err}"]) from err
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ConfigError(
+            [
+                f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} on line {line});"
+                " TOML files are UTF-8: convert it (e.g. iconv -f latin1 -t utf-8)"
+            ]
+        ) from err
     return parse_config(text, origin=str(path))

@@ -18,7 +18,7 @@ class PolicyConfig(PolicySettings):
     Every key is documented in systemd/rackguard.example.toml.
     """
 
-    evaluate_interval_s: float = bounded(1.0, gt=0, le=60, doc="seconds between evaluations")
+    evaluate_interval_s: float = bounded(1.0, ge=0.01, le=60, doc="seconds between evaluations")
     # Record every reading to this trace file for `rackguard replay` ("" = off).
     record_trace: str = bounded("", doc="trace file recording every reading")
     # Rotate the recording to <record_trace>.1 past this size.

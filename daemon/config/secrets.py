@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
 def secret_problem(path: Path) -> str | None:
-    """Why a secret file is unusable, or None."""
+    """Why a secret file is unusable, or None.
+
+    Like ssh with a private key, a secret that group or others may read is
+    refused: it has already leaked to every local user (HPC job users are local).
+    """
     try:
         with path.open("rb") as fh:
+            mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+            if mode & 0o077:
+                return (
+                    f"secret file {str(path)!r} is accessible by group or others"
+                    f" (mode {mode:04o}); make it private: chmod 600"
+                )
             if not fh.read(4096).strip():
                 return f"secret file {str(path)!r} is empty"
     except OSError as err:

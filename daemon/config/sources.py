@@ -41,8 +41,19 @@ def timing_of(cfg: Polled) -> SourceTiming:
     )
 
 
+# Below these a poll loop only burns CPU (and a device's patience). Real
+# devices want a second or more; the demo compresses time (1 s simulated at
+# x100 is 10 ms), which is why the floor is not higher.
+MIN_INTERVAL_S = 0.01
+MIN_TIMEOUT_S = 0.005
+
+
 def timing_problems(cfg: Polled) -> Problems:
     """The cross-field checks every source's scheduling needs."""
+    if cfg.interval_s < MIN_INTERVAL_S:
+        yield "interval_s", f"must be at least {MIN_INTERVAL_S}, got {cfg.interval_s}"
+    if cfg.timeout_s < MIN_TIMEOUT_S:
+        yield "timeout_s", f"must be at least {MIN_TIMEOUT_S}, got {cfg.timeout_s}"
     if cfg.timeout_s >= cfg.interval_s:
         yield (
             "timeout_s",
@@ -66,8 +77,10 @@ class NvmlSourceConfig:
     backoff_initial_s: float = bounded(1.0, gt=0)
     backoff_max_s: float = bounded(60.0, gt=0)
     down_after: int = bounded(3, ge=1)
-    # Python module that provides the NVML API (nvidia-ml-py's "pynvml").
-    binding: str = "pynvml"
+    # The NVML binding: nvidia-ml-py's "pynvml", the only one. The setting names
+    # no module to import (that would let a config swap real GPUs for anything);
+    # tests and the demo inject a simulated NVML instead (see fakes/nvml_module.py).
+    binding: Literal["pynvml"] = "pynvml"
     # GPU indices to poll; empty means every GPU NVML reports.
     gpus: list[int] = field(default_factory=list)
 
@@ -79,6 +92,10 @@ class NvmlSourceConfig:
     def validate(self) -> Problems:
         """Cross-field checks."""
         yield from timing_problems(self)
+        seen: set[int] = set()
         for i, gpu in enumerate(self.gpus):
             if gpu < 0:
                 yield f"gpus[{i}]", f"must be a GPU index (>= 0), got {gpu}"
+            elif gpu in seen:
+                yield f"gpus[{i}]", f"GPU {gpu} is listed twice"
+            seen.add(gpu)

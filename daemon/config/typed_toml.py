@@ -11,6 +11,7 @@ so the pure policy's own settings carry theirs).
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -103,6 +104,10 @@ class _Loader:
         elif tp is float:
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             value = float(value) if ok else value
+            if ok and not math.isfinite(value):
+                # TOML allows inf and nan; no setting of ours means either.
+                self.fail(path, f"must be a finite number, got {value}")
+                return None
         elif tp is str:
             ok = isinstance(value, str)
         elif tp is Path:
@@ -137,7 +142,7 @@ class _Loader:
             self.fail(path, f"must be a table, got {_describe(value)}")
             return None
         tag = value.get("type")
-        if tag not in by_tag:
+        if not isinstance(tag, str) or tag not in by_tag:
             choices = ", ".join(repr(t) for t in sorted(by_tag))
             self.fail(_join(path, "type"), f"must be one of {choices}, got {tag!r}")
             return None

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
+import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +24,8 @@ from aiohttp import web
 from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from daemon.delivery.outbox import StorageError
 from daemon.delivery.overrides import OverrideError, OverrideRequest
-from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError, page
-from daemon.http.events import Event
+from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError
+from daemon.http.events import Event, EventHub
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.http.openapi import OPENAPI
 from daemon.http.page import add_page_routes
@@ -30,12 +33,43 @@ from policies.model import Quality, Reading
 from policies.tracking import gpu_kind
 
 if TYPE_CHECKING:
-    from daemon.service.app import Daemon
+    from daemon.http.metrics import Metrics
+    from daemon.service.view import ServiceView
+
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 MAX_BODY_BYTES = 16 * 1024
 SSE_HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing an idle stream
-_DAEMON: web.AppKey[Daemon] = web.AppKey("daemon")
+# Ids and counts in requests are at most this many digits: int() of a longer
+# string is refused by Python (4,300 digits) or costs quadratic time.
+MAX_DIGITS = 18
+# Probes stay open on any address (a load balancer or kubelet has no token),
+# and so does the API's description, which holds no node data.
+_OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    """What the handlers may use: the read-only view, one writer (overrides), the limits."""
+
+    view: ServiceView
+    metrics: Metrics
+    apply_override: Callable[[OverrideRequest], Awaitable[dict[str, Any]]]
+    token: bytes | None
+    reads_need_token: bool
+    max_event_streams: int
+
+
+class _Streams:
+    """Counts the open /v1/events streams against the cap."""
+
+    def __init__(self) -> None:
+        self.open = 0
+
+
+_CTX: web.AppKey[ApiContext] = web.AppKey("context")
+_STREAMS: web.AppKey[_Streams] = web.AppKey("streams")
 _STATE_BODY: web.AppKey[StateBody] = web.AppKey("state_body")
 
 
@@ -100,21 +134,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Every configured source has reported once, and the outbox accepts writes."""
-    d = request.app[_DAEMON]
-    sources = {r.name: d.store.reported(r.name) for r in d.runners}
-    checks = d.decisions.health() + d.deliverer.health()
-    problems = [reason for ok, reason in checks if not ok]
-    ready = all(sources.values()) and not problems
-    body = {
-        "ready": ready,
-        "sources": sources,
-        "outbox": {"writable": not d.decisions.error, "error": d.decisions.error},
-        "problems": problems,
-    }
-    if d.fleet is not None:
-        # Degraded coordination does not make the agent unready: it still protects its node.
-        body["cluster"] = d.fleet.status()
-    return json_response(body, 200 if ready else 503)
+    body = request.app[_CTX].view.readiness()
+    return json_response(body, 200 if body["ready"] else 503)
 
 
 class StateBody:
@@ -134,56 +155,57 @@ class StateBody:
         self._generation = -1
         self._built = 0.0
 
-    def get(self, daemon: Daemon) -> bytes:
+    def get(self, view: ServiceView) -> bytes:
         """The current body, from the cache when it is fresh enough."""
         now = self._clock()
-        gen = daemon.store.generation
+        gen = view.generation
         if gen != self._generation or now - self._built > self.max_age_s:
-            self._body = orjson.dumps(_state_dict(daemon, now))
+            self._body = orjson.dumps(_state_dict(view, now))
             self._generation, self._built = gen, now
         return self._body
 
 
 async def state(request: web.Request) -> web.Response:
     """Every series' latest value, unit, quality and age, and each source's health."""
-    body = request.app[_STATE_BODY].get(request.app[_DAEMON])
+    body = request.app[_STATE_BODY].get(request.app[_CTX].view)
     return web.Response(body=body, content_type=JSON)
 
 
-def _state_dict(d: Daemon, now: float) -> dict[str, Any]:
-    outcome = d.engine.last
+def _state_dict(view: ServiceView, now: float) -> dict[str, Any]:
+    outcome = view.outcome
+    node = view.config.node
     return {
         "as_of": time.time(),
-        "node": d.config.node.name,
-        "rack": d.config.node.rack,
+        "node": node.name,
+        "rack": node.rack,
+        "simulated": view.simulated,
         "condition": outcome.node.condition.value if outcome else "unknown",
         "assessment": assessment_to_dict(outcome.node) if outcome else None,
         "sources": {
-            r.name: {
-                "health": r.health.value,
-                "last_error": r.stats.last_error,
-                "attempts": r.stats.attempts,
-                "failures": r.stats.failures,
-                "skipped_ticks": r.stats.skipped_ticks,
+            s.name: {
+                "health": s.health,
+                "last_error": s.last_error,
+                "attempts": s.attempts,
+                "failures": s.failures,
+                "skipped_ticks": s.skipped_ticks,
             }
-            for r in d.runners
+            for s in view.sources()
         },
-        "series": [_series(d, r, now) for r in d.store.readings()],
+        "series": [_series(view, r, now) for r in view.readings()],
     }
 
 
-def _series(d: Daemon, r: Reading, now: float) -> dict[str, Any]:
+def _series(view: ServiceView, r: Reading, now: float) -> dict[str, Any]:
     """A series with the policy's stale limit for its kind (policies/tracking.py)."""
-    p = d.config.policy
+    p = view.config.policy
     limit = p.stale_after_s if gpu_kind(r.kind) else p.rack_stale_after_s
-    errors = {x.name: x.stats.last_error for x in d.runners if x.health.value != "up"}
+    errors = {x.name: x.last_error for x in view.sources() if x.health != "up"}
     return reading_to_dict(r, now, limit, errors.get(r.source) or "")
 
 
 async def assessments(request: web.Request) -> web.Response:
     """The policy's latest view per GPU, node and rack."""
-    d = request.app[_DAEMON]
-    outcome = d.engine.last
+    outcome = request.app[_CTX].view.outcome
     if outcome is None:
         return json_response({"node": None, "gpus": [], "rack": None, "at": None})
     rack = getattr(outcome, "rack", None)
@@ -202,30 +224,40 @@ def _time_param(request: web.Request, name: str) -> float | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
+    bad = ApiError(400, "bad_parameter", f"{name}: unix seconds or an ISO 8601 time")
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise ApiError(
-            400, "bad_parameter", f"{name}: unix seconds or an ISO 8601 time, got {raw!r}"
-        ) from None
+        try:
+            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+        except (ValueError, OverflowError):
+            raise bad from None
+    if not math.isfinite(value):  # nan, inf, or digits past a float's range
+        raise bad
+    return value
+
+
+def _count_param(raw: str | None, name: str) -> int | None:
+    """A non-negative integer of at most MAX_DIGITS digits; None when absent."""
+    if raw is None or raw == "":
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= MAX_DIGITS):
+        raise ApiError(400, "bad_parameter", f"{name}: a non-negative integer")
+    return int(raw)
 
 
 def _limit_param(request: web.Request, default: int = 100) -> int:
-    raw = request.query.get("limit")
-    if raw is None:
+    limit = _count_param(request.query.get("limit"), "limit")
+    if limit is None:
         return default
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
+    if not 1 <= limit <= MAX_LIMIT:
         raise ApiError(400, "bad_parameter", f"limit: an integer from 1 to {MAX_LIMIT}")
-    return int(raw)
+    return limit
 
 
 async def decisions(request: web.Request) -> web.Response:
     """The decision log (decisions and audited overrides), newest first, cursor-paged."""
-    d = request.app[_DAEMON]
+    view = request.app[_CTX].view
     kind = request.query.get("kind")
     if kind not in (None, "decision", "override"):
         raise ApiError(400, "bad_parameter", "kind: 'decision' or 'override'")
@@ -239,7 +271,7 @@ async def decisions(request: web.Request) -> web.Response:
         cursor=request.query.get("cursor"),
     )
     try:
-        items, cursor = await d.decisions.query(lambda db: page(db, q))
+        items, cursor = await view.decision_page(q)
     except QueryError as err:
         raise ApiError(400, "bad_parameter", str(err)) from err
     except StorageError as err:
@@ -249,7 +281,6 @@ async def decisions(request: web.Request) -> web.Response:
 
 async def outbox(request: web.Request) -> web.Response:
     """Decisions waiting for the scheduler, oldest first."""
-    d = request.app[_DAEMON]
     items = [
         {
             "seq": p.seq,
@@ -260,22 +291,44 @@ async def outbox(request: web.Request) -> web.Response:
             "origin": p.origin,
             "durable": p.durable,
         }
-        for p in d.decisions.pending()
+        for p in request.app[_CTX].view.pending()
     ]
-    body = {"pending": len(items), "items": items, "refusal": d.deliverer.refusal or None}
+    body = {
+        "pending": len(items),
+        "items": items,
+        "refusal": request.app[_CTX].view.refusal or None,
+    }
     return json_response(body)
 
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: assessments, decisions, deliveries, overrides; resumable."""
-    d = request.app[_DAEMON]
-    raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or ""
-    if raw and not (raw.isascii() and raw.isdigit()):
-        raise ApiError(400, "bad_parameter", "Last-Event-ID: a non-negative integer")
-    after = int(raw) if raw else d.events.last_id
-    if after > d.events.last_id:
+    ctx = request.app[_CTX]
+    hub = ctx.view.events
+    raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
+    after = _count_param(raw, "Last-Event-ID")
+    if after is None:
+        after = hub.last_id
+    if after > hub.last_id:
         # An id from before a restart (ids start again at 1): replay what we kept.
         after = 0
+    streams = request.app[_STREAMS]
+    if streams.open >= ctx.max_event_streams:
+        # Each stream holds a socket for as long as the client likes: past the
+        # cap, later clients wait, so deliveries keep their file descriptors.
+        raise ApiError(
+            503,
+            "too_many_streams",
+            f"{streams.open} event streams are open, the most served at once; retry later",
+        )
+    streams.open += 1
+    try:
+        return await _stream(request, hub, after)
+    finally:
+        streams.open -= 1
+
+
+async def _stream(request: web.Request, hub: EventHub, after: int) -> web.StreamResponse:
     resp = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -283,10 +336,10 @@ async def events(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
-    await resp.prepare(request)
-    stream = d.events.subscribe(after)
+    stream = hub.subscribe(after)
     pending: asyncio.Task[Event] | None = None
     try:
+        await resp.prepare(request)
         while True:
             # One __anext__ task survives heartbeats: cancelling it (wait_for
             # would) closes the async generator and ends the stream.
@@ -303,7 +356,9 @@ async def events(request: web.Request) -> web.StreamResponse:
             pending = None
             await resp.write(event.encode())
     except ConnectionResetError:
-        pass  # the client left between two events: nothing to tell it, nothing to log
+        # The client went away (aiohttp's ClientConnectionResetError is one):
+        # normal for a stream, not an error worth a traceback.
+        log.debug("event stream client %s disconnected", request.remote)
     finally:
         if pending is not None and not pending.done():
             pending.cancel()
@@ -313,19 +368,24 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 def _authorized(request: web.Request) -> None:
-    d = request.app[_DAEMON]
-    token = d.api_token
+    token = request.app[_CTX].token
     if token is None:
         raise ApiError(403, "disabled", "overrides are disabled: set [api] token_file")
+    _check_bearer(request, token)
+
+
+def _check_bearer(request: web.Request, token: bytes) -> None:
     given = request.headers.get("Authorization", "")
     scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token):
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        value.strip().encode("utf-8", "surrogateescape"), token
+    ):
         raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' is required")
 
 
 async def get_overrides(request: web.Request) -> web.Response:
     """The operator overrides in force."""
-    return json_response(request.app[_DAEMON].overrides.current())
+    return json_response(request.app[_CTX].view.overrides())
 
 
 async def post_overrides(request: web.Request) -> web.Response:
@@ -342,11 +402,12 @@ async def post_overrides(request: web.Request) -> web.Response:
         req = OverrideRequest.parse(body)
     except OverrideError as err:
         raise ApiError(400, "bad_override", str(err)) from err
+    ctx = request.app[_CTX]
     try:
-        entry = await request.app[_DAEMON].apply_override(req)
+        entry = await ctx.apply_override(req)
     except StorageError as err:
         raise ApiError(503, "storage", f"override not applied: {err}") from err
-    return json_response({"applied": entry, "overrides": request.app[_DAEMON].overrides.current()})
+    return json_response({"applied": entry, "overrides": ctx.view.overrides()})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -356,7 +417,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text exposition."""
-    body = request.app[_DAEMON].metrics.render()
+    body = request.app[_CTX].metrics.render()
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -367,6 +428,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error as JSON with a stable shape; internal errors never leak details."""
     try:
+        ctx = request.app[_CTX]
+        if ctx.reads_need_token and request.path not in _OPEN_PATHS and request.method == "GET":
+            if ctx.token is None:  # pragma: no cover - refused by the config
+                raise ApiError(403, "disabled", "reads need [api] token_file on this address")
+            _check_bearer(request, ctx.token)
         return await handler(request)
     except ApiError as err:
         return error_response(err.status, err.code, str(err))
@@ -379,10 +445,11 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(503, "storage_unavailable", f"decision store: {err}")
 
 
-def make_app(daemon: Daemon) -> web.Application:
-    """The aiohttp application for one daemon."""
+def make_app(ctx: ApiContext) -> web.Application:
+    """The aiohttp application over one service's read-only view."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
-    app[_DAEMON] = daemon
+    app[_CTX] = ctx
+    app[_STREAMS] = _Streams()
     app[_STATE_BODY] = StateBody()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -26,8 +26,8 @@ from daemon.http.node_metrics import NodeCollector
 from policies.model import Decision, Reading, SensorKind
 
 if TYPE_CHECKING:
-    from daemon.service.app import Daemon
     from daemon.service.runner import SourceRunner
+    from daemon.service.view import ServiceView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -88,12 +88,12 @@ _FAMILIES: dict[SensorKind, tuple[str, str, list[str], _LabelFn]] = {
 class _StateCollector(Collector):
     """Builds the gauge families from the daemon's latest state."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
+    def __init__(self, view: ServiceView) -> None:
+        self._view = view
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family; BAD, UNCERTAIN and stale readings are left out."""
-        d = self._daemon
+        v = self._view
         # Every family, even with no series: a node without a PDU or CDU still
         # describes them, so dashboards and rules can be checked against any agent.
         families = {
@@ -108,9 +108,10 @@ class _StateCollector(Collector):
         slowdown: dict[tuple[str, str], float] = {}
         temps: dict[tuple[str, str], float] = {}
         now = time.monotonic()
-        gpu_stale = d.config.policy.stale_after_s
-        rack_stale = d.config.policy.rack_stale_after_s
-        for r in d.store.readings():
+        policy = v.config.policy
+        gpu_stale = policy.stale_after_s
+        rack_stale = policy.rack_stale_after_s
+        for r in v.readings():
             if not r.usable or r.value is None:
                 continue
             # A source that stopped reporting must not look frozen and healthy:
@@ -139,8 +140,8 @@ class _StateCollector(Collector):
             "1 when the source's last poll succeeded.",
             labels=["source"],
         )
-        for runner in d.runners:
-            up.add_metric([runner.name], 1.0 if runner.health == "up" else 0.0)
+        for source in v.sources():
+            up.add_metric([source.name], 1.0 if source.health == "up" else 0.0)
         yield up
 
         ttt = GaugeMetricFamily(
@@ -148,7 +149,7 @@ class _StateCollector(Collector):
             "Forecast time until a subject reaches its threshold.",
             labels=["subject", "domain"],
         )
-        outcome = d.engine.last
+        outcome = v.outcome
         if outcome is not None:
             for a in (outcome.node, *outcome.gpus):
                 if a.time_to_threshold_s is not None:
@@ -158,33 +159,33 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "rackguard_outbox_pending",
             "Decisions waiting for the scheduler to confirm them.",
-            value=len(d.decisions),
+            value=v.pending_count(),
         )
-        yield from _delivery_families(d)
+        yield from _delivery_families(v)
 
 
-def _delivery_families(d: Daemon) -> Iterator[Metric]:
+def _delivery_families(v: ServiceView) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "rackguard_outbox_writable",
         "1 while the outbox's disk takes writes; 0 while decisions are held in memory only.",
-        value=0.0 if d.decisions.error else 1.0,
+        value=0.0 if v.storage_error else 1.0,
     )
     yield GaugeMetricFamily(
         "rackguard_outbox_not_durable",
         "Decision changes held in memory only, waiting for the disk.",
-        value=d.decisions.not_durable(),
+        value=v.not_durable(),
     )
     writes = CounterMetricFamily(
         "rackguard_outbox_write_failures", "Outbox write transactions the disk refused."
     )
-    writes.add_metric([], d.decisions.write_failures)
+    writes.add_metric([], v.write_failures)
     yield writes
     failures = CounterMetricFamily(
         "rackguard_delivery_failures",
         "Failed delivery attempts, by reason (unreachable, auth, not_found, refused, malformed).",
         labels=["reason"],
     )
-    for reason, n in sorted(d.deliverer.failures.items()):
+    for reason, n in sorted(v.delivery_failures().items()):
         failures.add_metric([reason], n)
     yield failures
 
@@ -192,10 +193,10 @@ def _delivery_families(d: Daemon) -> Iterator[Metric]:
 class Metrics:
     """The daemon's registry and the two families updated as events happen."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, view: ServiceView) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_StateCollector(daemon))
-        self.registry.register(NodeCollector(daemon))
+        self.registry.register(_StateCollector(view))
+        self.registry.register(NodeCollector(view))
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, memory, fds
         self.poll_duration = Histogram(
             "rackguard_poll_duration_seconds",

@@ -21,7 +21,7 @@ from daemon.version import package_version
 from policies.model import Action, Condition, Reading, SensorKind
 
 if TYPE_CHECKING:
-    from daemon.service.app import Daemon
+    from daemon.service.view import ServiceView
 
 SOURCE_STATES = ("starting", "up", "degraded", "down")
 
@@ -36,16 +36,15 @@ class RackEvidence:
     flow_fraction: dict[str, float]
 
 
-def rack_evidence(daemon: Daemon, now: float) -> RackEvidence:
+def rack_evidence(view: ServiceView, now: float) -> RackEvidence:
     """Highest fresh inlet air and coolant supply, and each flow against its sustained high."""
-    stale = daemon.config.policy.rack_stale_after_s
+    stale = view.config.policy.rack_stale_after_s
     fresh = [
         r
-        for r in daemon.store.readings()
+        for r in view.readings()
         if r.usable and r.value is not None and now - r.mono <= stale
     ]
-    engine = daemon.engine
-    tracker = engine.policy.tracker.rack.get(engine.rack)
+    tracker = view.rack_tracker()
     fractions: dict[str, float] = {}
     if tracker is not None:
         for key, series in tracker.slow[SensorKind.COOLANT_FLOW].items():
@@ -78,16 +77,16 @@ def driver_versions(readings: Iterable[Reading]) -> list[str]:
 
 
 class NodeCollector(Collector):
-    """Builds the operator-facing families from the daemon's state at scrape time."""
+    """Builds the operator-facing families from the service's read-only view at scrape time."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
+    def __init__(self, view: ServiceView) -> None:
+        self._view = view
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family (the node's own series first)."""
-        d = self._daemon
-        node, rack = d.config.node.name, d.config.node.rack or d.engine.rack
-        readings = d.store.readings()
+        d = self._view
+        node, rack = d.config.node.name, d.config.node.rack or d.rack
+        readings = d.readings()
         info = GaugeMetricFamily(
             "rackguard_build_info",
             "Always 1: the agent's version, Python and NVIDIA driver version.",
@@ -104,7 +103,7 @@ class NodeCollector(Collector):
         node_info.add_metric([node, rack], 1.0)
         yield node_info
 
-        outcome = d.engine.last
+        outcome = d.outcome
         condition = outcome.node.condition if outcome is not None else Condition.UNKNOWN
         cond = GaugeMetricFamily(
             "rackguard_node_condition",
@@ -115,7 +114,7 @@ class NodeCollector(Collector):
             cond.add_metric([node, c.value], 1.0 if c is condition else 0.0)
         yield cond
 
-        action = d.engine.state.action
+        action = d.node_action
         act = GaugeMetricFamily(
             "rackguard_node_action",
             "1 for what rackguard last asked for the node (resume = in service), else 0.",
@@ -126,18 +125,16 @@ class NodeCollector(Collector):
         yield act
 
         # The same test as /readyz, so the alert and the probe agree.
-        reported = all(d.store.reported(r.name) for r in d.runners)
-        healthy = all(ok for ok, _ in d.decisions.health() + d.deliverer.health())
         yield GaugeMetricFamily(
             "rackguard_ready",
             "1 while /readyz says ready: every source has reported, the outbox and the "
             "delivery are healthy.",
-            value=1.0 if reported and healthy else 0.0,
+            value=1.0 if d.readiness()["ready"] else 0.0,
         )
         yield GaugeMetricFamily(
             "rackguard_storm_breaker_open",
             "1 while the storm breaker holds predictive drains until an operator reset.",
-            value=1.0 if d.engine.policy.breaker.open else 0.0,
+            value=1.0 if d.breaker_open else 0.0,
         )
 
         health = GaugeMetricFamily(
@@ -145,9 +142,9 @@ class NodeCollector(Collector):
             "1 for the source's health state (starting, up, degraded, down), else 0.",
             labels=["source", "health"],
         )
-        for runner in d.runners:
+        for source in d.sources():
             for state in SOURCE_STATES:
-                health.add_metric([runner.name, state], 1.0 if runner.health == state else 0.0)
+                health.add_metric([source.name, state], 1.0 if source.health == state else 0.0)
         yield health
 
         yield from _gpu_families(d)
@@ -155,7 +152,7 @@ class NodeCollector(Collector):
         yield from _backlog_families(d)
 
 
-def _gpu_families(d: Daemon) -> Iterator[Metric]:
+def _gpu_families(d: ServiceView) -> Iterator[Metric]:
     slowdown = GaugeMetricFamily(
         "rackguard_gpu_slowdown_temperature_celsius",
         "The GPU's slowdown (throttle) temperature, as NVML reports it.",
@@ -163,7 +160,7 @@ def _gpu_families(d: Daemon) -> Iterator[Metric]:
     )
     now = time.monotonic()
     stale = d.config.policy.stale_after_s
-    for r in d.store.readings():
+    for r in d.readings():
         kind_ok = r.kind is SensorKind.GPU_SLOWDOWN_THRESHOLD and r.usable
         if kind_ok and r.value is not None and now - r.mono <= stale:
             slowdown.add_metric([r.labels.get("gpu", ""), r.labels.get("uuid", "")], r.value)
@@ -185,7 +182,7 @@ def _gpu_families(d: Daemon) -> Iterator[Metric]:
         "1 for the GPU's thermal condition (ok, warning, critical, unknown), else 0.",
         labels=["gpu", "condition"],
     )
-    outcome = d.engine.last
+    outcome = d.outcome
     for a in outcome.gpus if outcome is not None else ():
         gpu = a.subject.removeprefix("gpu")
         if a.time_to_threshold_s is not None:
@@ -199,7 +196,7 @@ def _gpu_families(d: Daemon) -> Iterator[Metric]:
     yield condition
 
 
-def _rack_families(d: Daemon, rack: str) -> Iterator[Metric]:
+def _rack_families(d: ServiceView, rack: str) -> Iterator[Metric]:
     ev = rack_evidence(d, time.monotonic())
     inlet = GaugeMetricFamily(
         "rackguard_rack_inlet_max_celsius",
@@ -227,8 +224,8 @@ def _rack_families(d: Daemon, rack: str) -> Iterator[Metric]:
     yield flow
 
 
-def _backlog_families(d: Daemon) -> Iterator[Metric]:
-    pending = d.decisions.pending()
+def _backlog_families(d: ServiceView) -> Iterator[Metric]:
+    pending = d.pending()
     oldest = min((p.queued_at for p in pending), default=None)
     yield GaugeMetricFamily(
         "rackguard_outbox_oldest_pending_age_seconds",

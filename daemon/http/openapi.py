@@ -63,9 +63,13 @@ SCHEMAS: dict[str, Any] = {
     },
     "State": {
         "type": "object",
-        "required": ["as_of", "node", "rack", "condition", "sources", "series"],
+        "required": ["as_of", "node", "rack", "condition", "sources", "series", "simulated"],
         "properties": {
             "as_of": {"type": "number", "description": "when the ages were computed (Unix s)"},
+            "simulated": {
+                "type": "boolean",
+                "description": "true when the GPUs are a simulation (demo, tests), never a node",
+            },
             "node": _STR,
             "rack": _STR,
             "condition": _STR,
@@ -197,9 +201,10 @@ SCHEMAS: dict[str, Any] = {
     },
     "Ready": {
         "type": "object",
-        "required": ["ready", "sources", "outbox", "problems"],
+        "required": ["ready", "sources", "outbox", "problems", "simulated"],
         "properties": {
             "ready": {"type": "boolean"},
+            "simulated": {"type": "boolean"},
             "sources": {"type": "object", "additionalProperties": {"type": "boolean"}},
             "outbox": {
                 "type": "object",
@@ -322,6 +327,7 @@ OPENAPI: dict[str, Any] = {
                 "parameters": [{"name": "Last-Event-ID", "in": "header", "schema": _STR}],
                 "responses": {
                     "200": {"description": "event stream", "content": {"text/event-stream": {}}},
+                    "503": _json(_ref("Error"), "too many streams open; retry later"),
                     **_ERRORS,
                 },
             }

@@ -1,4 +1,9 @@
-"""The process: one TaskGroup supervising the source runners, the policy, delivery and the API."""
+"""The running service: one TaskGroup over the source runners, policy, delivery and API.
+
+The parts live beside it: the build step (daemon/service/build.py), the atomic
+reloader (reloader.py), readiness / status / watchdog (status.py) and the
+read-only view the API and the metrics get (view.py).
+"""
 
 from __future__ import annotations
 
@@ -21,29 +26,35 @@ from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
-from daemon.config import Config, ConfigError, load_config, read_secret
+from daemon.config import Config, read_secret
 from daemon.config.policy import policy_settings
+from daemon.config.sources import SourceTiming
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_sink
-from daemon.http.api import make_app
+from daemon.http.api import ApiContext, make_app
 from daemon.http.events import EventHub
 from daemon.http.metrics import Metrics
 from daemon.replay.recorder import TraceRecorder
+from daemon.service.build import build_adapters, first_connect
 from daemon.service.engine import PolicyEngine
-from daemon.service.logs import setup_logging
+from daemon.service.listener import CappedSite, connection_cap
 from daemon.service.notify import Notifier
+from daemon.service.reloader import Reloader
 from daemon.service.runner import SourceRunner
-from daemon.service.sources import build_adapter
+from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
+from daemon.service.status import StatusReporter
+from daemon.service.view import ServiceView
 from policies.model import Action, Decision, FaultDomain, Reading
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 4.0
-STATUS_INTERVAL_S = 5.0
+# An idle keep-alive connection holds a file descriptor: close it soon.
+KEEPALIVE_TIMEOUT_S = 15.0
 
 
 class StartupError(Exception):
@@ -55,11 +66,12 @@ class _Shutdown(Exception):
 
 
 class Daemon:
-    """Wires config, adapters, policy, delivery and API together.
+    """Wires config, adapters, policy, delivery and API together, then runs them.
 
     ``adapters`` and ``sink`` may be injected (the demo and tests pass adapters
-    bound to fakes); configured sources not injected are built from the config. ``config_path``
-    is re-read on SIGHUP.
+    bound to fakes); so may ``nvml``, a simulated NVML binding every NVML source
+    then uses (loudly: a WARNING at start, ``simulated`` in /v1/state and
+    /readyz). ``config_path`` is re-read on SIGHUP.
     """
 
     def __init__(
@@ -71,9 +83,10 @@ class Daemon:
         rng: random.Random | None = None,
         config_path: Path | None = None,
         notifier: Notifier | None = None,
+        nvml: Any = None,
     ) -> None:
         self.config = config
-        self.config_path = config_path
+        self.nvml = nvml
         self._rng = rng or random.Random()
         self.notifier = notifier or Notifier()
         self.store = StateStore()
@@ -87,14 +100,11 @@ class Daemon:
             if config.policy.record_trace
             else None
         )
-        self.metrics = Metrics(self)
-        # Injected adapters stand in for the configured sources of the same name;
-        # every other configured source is built from the config.
-        built = dict(adapters or {})
-        for name, cfg in config.sources.items():
-            if name not in built:
-                built[name] = build_adapter(name, cfg)
-        self.runners = [self._runner(adapter) for adapter in built.values()]
+        self.sources = SourceSet(self.store)
+        try:
+            built = build_adapters(config, injected=adapters, nvml=nvml)
+        except SourceError as err:
+            raise StartupError(str(err)) from err
         if sink is None and config.scheduler is not None:
             try:
                 sink = build_sink(config.scheduler)
@@ -127,26 +137,58 @@ class Daemon:
         )
         # After a restart, the policy starts from what it last asked for: a node
         # drained before the restart is resumed by the rule, not forgotten.
-        self._restore_from_outbox(only_out_of_service=True)
+        self.restore_from_outbox(only_out_of_service=True)
+        self.deliverer.on_settled = self._on_settled
+        self.events = EventHub()
+        self.overrides = OverrideStore(self.decisions)
+        self.engine.overrides = self.overrides.to_policy()
+        self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
+        self.view = ServiceView(
+            config=lambda: self.config,
+            runners=lambda: self.sources.runners,
+            store=self.store,
+            engine=self.engine,
+            decisions=self.decisions,
+            deliverer=self.deliverer,
+            overrides=self.overrides,
+            events=self.events,
+            simulated=nvml is not None or bool(adapters),
+            cluster=lambda: self.fleet.status() if self.fleet is not None else None,
+        )
+        self.metrics = Metrics(self.view)
         self.fleet = build_fleet(config, sink, self.engine, self._rng)
         if self.fleet is not None:
             self.metrics.registry.register(FleetCollector(self.fleet))
         self.leader = build_leader(
             self.fleet, lambda: self.config, lambda: self.runners, self._on_readings
         )
-        self.deliverer.on_settled = self._on_settled
-        self.events = EventHub()
-        self.overrides = OverrideStore(self.decisions)
-        self.engine.overrides = self.overrides.to_policy()
-        self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
+        # The rack leader runs the rack's shared sources (or reads them from the leader).
+        leader = self.leader
+        if leader is not None:
+            self.sources.skip = leader.owns
+        self.status = StatusReporter(self.view, self.notifier)
+        self.sources.runners.extend(
+            self.make_runner(adapter, config.sources[name].timing)
+            for name, adapter in built.items()
+        )
+        self.reloader = Reloader(self, config_path)
         self._stop = asyncio.Event()
-        self._reload_lock = asyncio.Lock()
         self._tg: asyncio.TaskGroup | None = None
-        self._runner_tasks: dict[str, asyncio.Task[None]] = {}
+        self._reload_pending = False  # SIGHUP before the TaskGroup started
         self.api_port: int | None = None
-        self.ready = asyncio.Event()
 
-    def _restore_from_outbox(self, *, only_out_of_service: bool = False) -> None:
+    @property
+    def runners(self) -> list[SourceRunner]:
+        """The running source runners (changed by reloads)."""
+        return self.sources.runners
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set once every source has tried once and the API is up."""
+        return self.status.ready
+
+    def restore_from_outbox(self, *, only_out_of_service: bool = False) -> None:
+        """Start the policy from what the scheduler was last asked for."""
         intent = self.decisions.intents().get(self.config.node.name)
         action = intent.action if intent is not None else Action.RESUME
         if action is Action.RESUME and only_out_of_service:
@@ -156,8 +198,8 @@ class Daemon:
         domain = intent.domain if intent is not None else FaultDomain.NONE
         self.engine.restore(action, time.monotonic(), domain=domain)
 
-    def _runner(self, adapter: SensorAdapter) -> SourceRunner:
-        timing = self.config.sources[adapter.name].timing
+    def make_runner(self, adapter: SensorAdapter, timing: SourceTiming) -> SourceRunner:
+        """A runner for one adapter, feeding the state store and the poll metrics."""
         return SourceRunner(
             adapter, timing, self._on_readings, rng=self._rng, on_attempt=self.metrics.observe_poll
         )
@@ -206,6 +248,10 @@ class Daemon:
         """Ask the daemon to stop; run() returns within a few seconds."""
         self._stop.set()
 
+    async def reload(self) -> bool:
+        """Re-read the config file and apply it atomically (see daemon/service/reloader.py)."""
+        return await self.reloader.reload()
+
     async def check_sources(self) -> None:
         """First connect of every source; a setup error (no driver, ...) stops the start.
 
@@ -213,43 +259,62 @@ class Daemon:
         """
         for runner in self.runners:
             try:
-                async with asyncio.timeout(max(runner.timing.timeout_s, 5.0)):
-                    await runner.adapter.connect()
+                await first_connect(runner.adapter, self.config.sources[runner.name])
             except SourceSetupError as err:
                 raise StartupError(f"source {runner.name!r}: {err}") from err
             except (SourceError, TimeoutError) as err:
                 log.warning("%s: not reachable at start, will retry: %s", runner.name, err)
             except Exception:
                 log.exception("%s: adapter error at start, will retry", runner.name)
-            finally:
-                await runner.adapter.close()
+
+    def _api_context(self) -> ApiContext:
+        api = self.config.api
+        return ApiContext(
+            view=self.view,
+            metrics=self.metrics,
+            apply_override=self.apply_override,
+            token=self.api_token,
+            reads_need_token=api.reads_need_token,
+            max_event_streams=api.max_event_streams,
+        )
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT; SIGHUP reloads the config."""
         loop = asyncio.get_running_loop()
         signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        if self.view.simulated:
+            log.warning(
+                "%s: SIMULATED GPUs: this process watches no real hardware", self.config.node.name
+            )
+        # Signals first: a SIGHUP or SIGTERM during start-up is handled, never fatal.
         if handle_signals:
             for sig in signals:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         api = web.AppRunner(
-            make_app(self), access_log=None, handle_signals=False, shutdown_timeout=STOP_GRACE_S / 2
+            make_app(self._api_context()),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=STOP_GRACE_S / 2,
+            keepalive_timeout=KEEPALIVE_TIMEOUT_S,
         )
-        await api.setup()
         try:
-            site = web.TCPSite(api, self.config.api.listen, self.config.api.port)
-            await site.start()
+            await api.setup()
+            cfg = self.config.api
+            site = CappedSite(api, cfg.listen, cfg.port, connection_cap(cfg.max_connections))
+            try:
+                await site.start()
+            except OSError as err:
+                raise StartupError(
+                    f"api.port: cannot listen on {cfg.listen}:{cfg.port}: {err.strerror or err}"
+                ) from err
             self.api_port = api.addresses[0][1]
-            log.info(
-                "%s: API on http://%s:%d",
-                self.config.node.name,
-                self.config.api.listen,
-                self.api_port,
-            )
+            log.info("%s: API on http://%s:%d", self.config.node.name, cfg.listen, self.api_port)
             try:
                 async with asyncio.TaskGroup() as tg:
                     self._tg = tg
-                    for runner in self.runners:
-                        self._start_runner(runner)
+                    self.sources.start(tg)
+                    if self._reload_pending:
+                        tg.create_task(self.reload(), name="reload")
                     tg.create_task(
                         self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
                     )
@@ -259,145 +324,38 @@ class Daemon:
                         tg.create_task(run_fleet(self.fleet, self.leader), name="fleet")
                     if self.reconciler is not None:
                         tg.create_task(self.reconciler.run(), name="reconcile")
-                    tg.create_task(self._mark_ready(), name="ready")
-                    tg.create_task(self._report_status(), name="status")
+                    tg.create_task(self.status.mark_ready(lambda: self.runners), name="ready")
+                    tg.create_task(self.status.report(), name="status")
                     tg.create_task(self._publish_assessments(), name="assessments")
                     if self.notifier.watchdog_s:
-                        tg.create_task(self._watchdog(self.notifier.watchdog_s), name="watchdog")
+                        tg.create_task(
+                            self.status.watchdog(self.notifier.watchdog_s), name="watchdog"
+                        )
                     tg.create_task(self._wait_stop(), name="stop")
             except* _Shutdown:
                 pass
         finally:
             self._tg = None
+            self.sources.detach()
             if handle_signals:
                 for sig in signals:
                     loop.remove_signal_handler(sig)
             await self._shutdown(api)
-
-    def _start_runner(self, runner: SourceRunner) -> None:
-        assert self._tg is not None
-        if self.leader is not None and self.leader.owns(runner):
-            return  # the rack leader runs it, or reads it from the rack's leader
-        self._runner_tasks[runner.name] = self._tg.create_task(
-            runner.run(), name=f"source:{runner.name}"
-        )
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if sig is signal.SIGHUP:
             log.info("SIGHUP received, reloading configuration")
             if self._tg is not None:
                 self._tg.create_task(self.reload(), name="reload")
+            else:  # still starting: the file is read again once running
+                self._reload_pending = True
             return
         log.info("%s received, stopping", sig.name)
         self.stop()
 
-    async def reload(self) -> bool:
-        """Re-read the config file and apply it without losing state or pending decisions.
-
-        Invalid config: logged, the running config stays. Changed or new sources
-        get fresh runners; unchanged ones keep polling. The node, API and scheduler
-        settings need a restart (logged when they differ).
-        """
-        if self.config_path is None:
-            log.warning("reload requested but the daemon was not started from a file")
-            return False
-        async with self._reload_lock:  # SIGHUPs in quick succession apply one at a time
-            return await self._reload(self.config_path)
-
-    async def _reload(self, path: Path) -> bool:
-        self.notifier.reloading()
-        try:
-            new = load_config(path)
-        except ConfigError as err:
-            log.error(
-                "reload of %s refused, keeping the running config:\n  %s",
-                path,
-                "\n  ".join(err.problems),
-            )
-            self.notifier.ready(self._status_line())
-            return False
-        old = self.config
-        for what, a, b in (
-            ("[node]", old.node, new.node),
-            ("[api]", old.api, new.api),
-            ("[scheduler]", old.scheduler, new.scheduler),
-            ("[cluster]", old.cluster, new.cluster),
-        ):
-            if a != b:
-                log.warning("reload: %s changed; it takes effect at the next restart", what)
-        for key in ("evaluate_interval_s", "record_trace", "record_max_mb"):
-            if getattr(old.policy, key) != getattr(new.policy, key):
-                log.warning("reload: policy.%s changed; it takes effect at the next restart", key)
-        new = Config(
-            old.node, new.sources, new.logging, old.api, new.policy, old.scheduler, old.cluster
-        )
-        setup_logging(new.logging.level, new.logging.format)
-        self.engine.settings = policy_settings(new.policy)
-        if old.policy.dry_run != new.policy.dry_run:
-            # A dry-run "drain" moved the policy's state without sending anything:
-            # start again from what the scheduler was really asked for.
-            self._restore_from_outbox()
-        await self._reload_sources(old, new)
-        self.config = new
-        log.info("configuration reloaded from %s", path)
-        self.notifier.ready(self._status_line())
-        return True
-
-    async def _reload_sources(self, old: Config, new: Config) -> None:
-        changed = {
-            name
-            for name in set(old.sources) | set(new.sources)
-            if old.sources.get(name) != new.sources.get(name)
-        }
-        for runner in [r for r in self.runners if r.name in changed]:
-            task = self._runner_tasks.pop(runner.name, None)
-            if task is not None:
-                task.cancel()
-                # wait() rather than await: a cancellation of this reload itself
-                # (shutdown) must propagate, not be swallowed with the runner's.
-                await asyncio.wait([task])
-            runner.first_attempt.set()  # readiness no longer waits on a replaced runner
-            self.runners.remove(runner)
-            if runner.name in new.sources:
-                self.store.replace_on_next_update(runner.name)
-            else:
-                self.store.drop_source(runner.name)  # removed: its series would only go stale
-            log.info("%s: source stopped for reload", runner.name)
-        self.config = new  # the new runners read their timing from it
-        for name in sorted(changed & set(new.sources)):
-            try:
-                runner = self._runner(build_adapter(name, new.sources[name]))
-            except SourceError as err:
-                log.error("%s: cannot start after reload: %s", name, err)
-                continue
-            self.runners.append(runner)
-            if self._tg is not None:
-                self._start_runner(runner)
-            log.info("%s: source (re)started by reload", name)
-
     async def _wait_stop(self) -> None:
         await self._stop.wait()
         raise _Shutdown
-
-    async def _mark_ready(self) -> None:
-        await asyncio.gather(*(r.first_attempt.wait() for r in self.runners))
-        self.ready.set()
-        status = self._status_line()
-        log.info("%s: ready: %s", self.config.node.name, status)
-        self.notifier.ready(status)
-
-    def _status_line(self) -> str:
-        outcome = self.engine.last
-        cond = outcome.node.condition.value if outcome else "starting"
-        sources = ", ".join(f"{r.name} {r.health}" for r in self.runners)
-        pending = len(self.decisions)
-        return f"{self.config.node.name}: {cond}; sources: {sources}; undelivered: {pending}"
-
-    async def _report_status(self) -> None:
-        await self.ready.wait()
-        while True:
-            self.notifier.status(self._status_line())
-            await asyncio.sleep(STATUS_INTERVAL_S)
 
     async def _publish_assessments(self) -> None:
         # Assessments go to /v1/events when they change, not every evaluation.
@@ -412,13 +370,6 @@ class Daemon:
                     last = key
                     self.events.publish("assessment", assessment_to_dict(a))
             await asyncio.sleep(self.config.policy.evaluate_interval_s)
-
-    async def _watchdog(self, watchdog_s: float) -> None:
-        # Pinged from the event loop itself: a blocked loop stops the pings and
-        # systemd restarts the service.
-        while True:
-            self.notifier.watchdog()
-            await asyncio.sleep(watchdog_s / 2)
 
     async def _shutdown(self, api: web.AppRunner) -> None:
         self.notifier.stopping()

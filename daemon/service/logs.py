@@ -1,9 +1,18 @@
-"""Logging set-up: plain text on a terminal, journald-friendly under systemd."""
+"""Logging set-up: plain text on a terminal, journald-friendly under systemd.
+
+Every record is one line: the formatter escapes control characters (newlines,
+NUL, ANSI escapes, ...) in the whole formatted record — message, arguments and
+traceback — so text from the network (an override's reason, a receiver's error
+body, a config string) can neither forge a record nor drive a terminal, and a
+multi-line record (a traceback, a reload refusal) stays one journald record
+with its priority, where `journalctl -p warning` finds it.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 from aiohttp.http_exceptions import HttpProcessingError
@@ -20,8 +29,35 @@ _PRIORITY = {
 
 _HANDLER_NAME = "rackguard"
 
+# C0 and C1 controls, DEL, the Unicode line separators, and lone surrogates
+# (undecodable bytes kept by surrogateescape, which stderr could not encode).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
-class JournaldFormatter(logging.Formatter):
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``)."""
+    return _UNSAFE.sub(_escape_one, text)
+
+
+class OneLineFormatter(logging.Formatter):
+    """A formatter whose every record is one line, control characters escaped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record, escaped."""
+        return escape(super().format(record))
+
+
+class JournaldFormatter(OneLineFormatter):
     """``<priority>logger: message`` with no timestamp: journald adds its own."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -46,7 +82,7 @@ def setup_logging(level: str = "info", fmt: str = "auto") -> None:
     if journald:
         handler.setFormatter(JournaldFormatter("%(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     handler.set_name(_HANDLER_NAME)
     root = logging.getLogger()
     # Replace only our own handler (a reload calls this again), never others'.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adapters.base import SensorAdapter
 from adapters.errors import SourceSetupError
@@ -20,13 +20,19 @@ if TYPE_CHECKING:  # pysnmp and asyncua are imported only when such a source is 
     from adapters.sensors.snmp_client import SnmpClient
 
 
-def build_adapter(name: str, cfg: SourceConfig) -> SensorAdapter:
-    """The adapter for one configured source."""
+def build_adapter(name: str, cfg: SourceConfig, *, nvml: Any = None) -> SensorAdapter:
+    """The adapter for one configured source.
+
+    ``nvml`` is an NVML binding injected by the demo and the tests (a simulated
+    node); production passes None and reads nvidia-ml-py's ``pynvml``, never a
+    module the config names.
+    """
     if isinstance(cfg, OpcuaSourceConfig):
         return build_opcua_adapter(name, cfg)
     if isinstance(cfg, SnmpSourceConfig):
         return build_snmp_adapter(name, cfg)
-    return NvmlAdapter(name, load_binding(cfg.binding), gpu_indices=cfg.gpus or None)
+    binding = nvml if nvml is not None else load_binding(cfg.binding)
+    return NvmlAdapter(name, binding, gpu_indices=cfg.gpus or None)
 
 
 # --- SNMP ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from fakes.etcd_server import EtcdServer, etcd_available
 from fakes.sim import Event, EventKind, SimulatedRack, load_scenario
 from fakes.slurmrestd import Write
 from tests.support.fleet import FleetRun, max_predictive_out
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_for_result, wait_until
 
 pytestmark = pytest.mark.scenario
@@ -211,7 +212,7 @@ async def test_an_idle_node_follows_its_rack_peers_cooling_loop_drain_live(
     cdu = FakeCduServer()
     await cdu.start()
     community = tmp_path / "unused.community"
-    community.write_text("public\n")
+    write_secret(community, "public\n")
     profile = "opc40082-tcd" if cdu.model == "tcd" else "generic"
     cdu_source = RackFakes(0, community, {}, cdu.url, profile).sources().split("[sources.cdu]")[1]
     policy = {"cluster_budget_nodes": 4, "cluster_budget_pct": 0.0}

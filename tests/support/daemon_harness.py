@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,13 +16,16 @@ from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
 
+# `rackguard` on a simulated node of eight GPUs: the real command, the real NVML
+# adapter, the fake NVML injected (no config setting can select it).
+SIMULATED_RACKGUARD = [sys.executable, "-m", "fakes.nvml_module"]
+
 
 def config_text(
     url: str,
     secret: Path,
     *,
     port: int = 0,
-    binding: str = "pynvml",
     api_extra: str = "",
     scheduler_extra: str = "",
 ) -> str:
@@ -39,7 +43,6 @@ interval_s = 0.05
 timeout_s = 0.04
 backoff_initial_s = 0.05
 backoff_max_s = 0.2
-binding = "{binding}"
 [policy]
 min_dwell_s = 0.0
 resume_after_s = 0.2

@@ -64,6 +64,7 @@ def main(argv: list[str]) -> int:
     """Run the daemon's CLI with outbox writes refused while ``argv[0]`` exists."""
     from daemon import cli  # noqa: PLC0415
     from daemon.delivery import outbox  # noqa: PLC0415
+    from fakes.nvml_module import simulated_node  # noqa: PLC0415
 
     flag, rest = argv[0], argv[1:]
     connect = outbox._connect
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
         )
 
     outbox._connect = wrapped
-    return cli.main(rest)
+    return cli.main(rest, nvml=simulated_node())
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from fakes.sim import SimulatedRack
 from fakes.sim.nvml_bridge import write_feed
 from fakes.slurmrestd import FakeSlurmrestd, Write
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 API_TOKEN = "fleet-api-token"
@@ -75,8 +76,8 @@ class FleetRun:
         rack_of = {n: r for r, sim in self.racks.items() for n in sim.scenario.rack.nodes}
         self.slurm = FakeSlurmrestd(list(rack_of), racks=rack_of)
         await self.slurm.start()
-        (self.tmp / "slurm.jwt").write_text("token-root\n")
-        (self.tmp / "api.token").write_text(API_TOKEN + "\n")
+        write_secret(self.tmp / "slurm.jwt", "token-root\n")
+        write_secret(self.tmp / "api.token", API_TOKEN + "\n")
         for node, rack in rack_of.items():
             a = Agent(node, rack, free_port(), self.tmp / f"{node}.toml", self.tmp / f"{node}.json")
             a.config.write_text(self._config(a))
@@ -97,7 +98,8 @@ class FleetRun:
         }
         log = (self.tmp / f"{a.node}.log").open("ab")
         a.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli", "run", "--config", str(a.config)],
+            # rackguard on a node whose NVML the simulator feeds
+            [sys.executable, "-m", "fakes.nvml_fed", "run", "--config", str(a.config)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -230,7 +232,6 @@ port = {a.port}
 token_file = "{self.tmp / "api.token"}"
 [sources.gpus]
 type = "nvml"
-binding = "fakes.nvml_fed"
 interval_s = {interval}
 timeout_s = {interval * 0.8}
 backoff_initial_s = {interval}

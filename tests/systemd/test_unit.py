@@ -36,8 +36,16 @@ def test_unit_declares_what_the_daemon_relies_on() -> None:
         "RestrictAddressFamilies=",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "DeviceAllow=/dev/nvidiactl rw",
+        "MemoryMax=",
+        "TasksMax=",
     ):
         assert line in text, line
+    # The API's connection cap plus the daemon's own reserve fit in the limit.
+    from daemon.config import ApiConfig  # noqa: PLC0415
+    from daemon.service.listener import FD_RESERVE  # noqa: PLC0415
+
+    (nofile,) = re.findall(r"^LimitNOFILE=(\d+)$", text, re.M)
+    assert int(nofile) >= ApiConfig().max_connections + FD_RESERVE
     # Active: what the example config uses; the others are documented, commented out.
     assert re.findall(r"^LoadCredential=([\w.-]+):", text, re.M) == ["webhook.key"]
     creds = re.findall(r"^#?LoadCredential=([\w.-]+):", text, re.M)

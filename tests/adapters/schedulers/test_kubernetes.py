@@ -24,6 +24,7 @@ from daemon.delivery.outbox import Status
 from fakes.kube_api import Budget, FakeKubeApi
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 KEY = "rackguard.io/thermal"
@@ -54,7 +55,7 @@ async def api() -> AsyncIterator[FakeKubeApi]:
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "token"
-    path.write_text("test-token\n")
+    write_secret(path, "test-token\n")
     return path
 
 
@@ -182,7 +183,7 @@ async def test_errors_map_to_permanent_or_transient(
         await sink.deliver(decision("node-a", Action.DRAIN))
     assert forbidden.value.permanent and "403" in str(forbidden.value)
     wrong = tmp_path / "wrong"
-    wrong.write_text("nope")
+    write_secret(wrong, "nope")
     bad = KubernetesSink(connection(api_url=api.url, token_file=wrong))
     try:
         with pytest.raises(DeliveryError) as unauthorized:
@@ -248,7 +249,7 @@ contexts:
     assert conn.ssl is False
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     token = tmp_path / "sa-token"
-    token.write_text("sa\n")
+    write_secret(token, "sa\n")
     in_cluster = connection(token_file=token, environ=env, insecure_skip_tls_verify=True)
     assert in_cluster.api_url == "https://10.96.0.1:443" and in_cluster.token() == "sa"
     if not (SA_DIR / "ca.crt").exists():  # not inside a pod

@@ -28,6 +28,7 @@ from daemon.delivery.reconcile import Finding, Reconciler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
@@ -246,7 +247,7 @@ async def test_unknown_node_is_retried_until_an_operator_registers_it(outbox: Ou
 
 async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_path: Path) -> None:
     stale = tmp_path / "jwt"
-    stale.write_text("not-a-valid-token\n")
+    write_secret(stale, "not-a-valid-token\n")
     command = ["env", f"SLURM_CONF={clean.conf}", "scontrol", "token", "lifespan=600"]
     token = JwtToken(stale, refresh_command=command)
     sink = SlurmSink(clean.rest_url, token=token, slurm_conf=clean.conf, timeout_s=20.0)

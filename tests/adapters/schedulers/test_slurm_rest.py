@@ -25,6 +25,7 @@ from daemon.config.scheduler import SlurmSchedulerConfig
 from fakes.slurmrestd import FakeSlurmrestd, expand_hostlist
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.paths import SHARED_DATA
+from tests.support.secrets import write_secret
 
 TRANSCRIPT_24_11 = SHARED_DATA / "slurm" / "slurmrestd-24.11-transcript.txt"
 
@@ -58,7 +59,7 @@ async def fake() -> AsyncIterator[FakeSlurmrestd]:
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "jwt"
-    path.write_text("token-root\n")
+    write_secret(path, "token-root\n")
     return path
 
 
@@ -175,7 +176,7 @@ async def test_511_refreshes_the_token_with_the_command(
     fake: FakeSlurmrestd, tmp_path: Path
 ) -> None:
     stale = tmp_path / "jwt"
-    stale.write_text("SLURM_JWT=expired\n")
+    write_secret(stale, "SLURM_JWT=expired\n")
     fake.tokens["root"] = "fresh"
     command = [sys.executable, "-c", "print('SLURM_JWT=fresh')"]
     token = JwtToken(stale, refresh_command=command)
@@ -193,7 +194,7 @@ async def test_a_token_about_to_expire_is_refreshed_first(
 ) -> None:
     soon, later = jwt(time.time() + 30), jwt(time.time() + 3600)
     path = tmp_path / "jwt"
-    path.write_text(soon)
+    write_secret(path, soon)
     fake.tokens["root"] = later
     # This command rewrites the file and prints nothing: the file is read again.
     command = [sys.executable, "-c", f"open({str(path)!r}, 'w').write({later!r})"]
@@ -210,7 +211,7 @@ async def test_a_refused_token_without_a_command_is_retried_as_an_auth_refusal(
     fake: FakeSlurmrestd, tmp_path: Path
 ) -> None:
     path = tmp_path / "jwt"
-    path.write_text("wrong")
+    write_secret(path, "wrong")
     sink = SlurmSink(fake.url, token=JwtToken(path))
     try:
         with pytest.raises(DeliveryError) as info:
@@ -312,7 +313,7 @@ async def test_fake_reproduces_the_recorded_24_11_exchanges() -> None:
 
 def test_slurm_config_loads_and_names_problems(tmp_path: Path) -> None:
     token = tmp_path / "jwt"
-    token.write_text("t")
+    write_secret(token, "t")
     text = f"""
 [node]
 name = "gpu01"

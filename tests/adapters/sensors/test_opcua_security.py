@@ -28,6 +28,7 @@ from daemon.service.sources import build_opcua_adapter
 from fakes.cdu_server import FakeCduServer
 from fakes.sim.thermal import CduSnapshot
 from policies.model import Quality
+from tests.support.secrets import write_secret
 
 SNAPSHOT = CduSnapshot(29.5, 36.0, 41.0, 118.0, 70.0, True, False, False)
 USER, PASSWORD = "rackguard", "correct horse battery staple"
@@ -85,12 +86,13 @@ def make_identity(folder: Path, name: str, uri: str) -> Identity:
     )
     ident = Identity(folder / f"{name}.pem", folder / f"{name}.key.pem")
     ident.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    ident.key.write_bytes(
+    write_secret(
+        ident.key,
         key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
-        )
+        ),
     )
     return ident
 
@@ -209,7 +211,7 @@ async def test_config_reads_password_from_its_file(
     server: FakeCduServer, pki: Pki, tmp_path: Path
 ) -> None:
     password_file = tmp_path / "cdu.password"
-    password_file.write_text(PASSWORD + "\n")
+    write_secret(password_file, PASSWORD + "\n")
     cfg = load_typed(
         OpcuaSourceConfig,
         {
@@ -232,7 +234,7 @@ async def test_config_reads_password_from_its_file(
     finally:
         await a.close()
     # A rotated (here: wrong) password is picked up at the next connect.
-    password_file.write_text("rotated-wrong\n")
+    write_secret(password_file, "rotated-wrong\n")
     with pytest.raises(SourceAuthError):
         await a.connect()
 

@@ -17,6 +17,7 @@ from fakes.sim import RackSimulator, load_scenario
 from fakes.snmp_agent import sentry4_values
 from fakes.snmpd import NetSnmpd, override_lines
 from policies.model import Quality, SensorKind
+from tests.support.secrets import write_secret
 
 USERS = {
     # user: (auth protocol, auth key, priv protocol, priv key) as rackguard names them
@@ -124,8 +125,8 @@ async def test_config_builds_a_v3_adapter_from_secret_files(
     snmpd: NetSnmpd, tmp_path: Path
 ) -> None:
     auth, priv = tmp_path / "auth.key", tmp_path / "priv.key"
-    auth.write_bytes(USERS["rgsha"][1] + b"\n")
-    priv.write_bytes(USERS["rgsha"][3] + b"\n")
+    write_secret(auth, USERS["rgsha"][1] + b"\n")
+    write_secret(priv, USERS["rgsha"][3] + b"\n")
     cfg = load_typed(
         SnmpSourceConfig,
         {

@@ -15,6 +15,7 @@ from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import WebhookSchedulerConfig
 from daemon.config.sources import NvmlSourceConfig
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 
 EXAMPLE = ROOT / "systemd" / "rackguard.example.toml"
 
@@ -90,6 +91,14 @@ def test_minimal_config_gets_defaults() -> None:
         ("[sources.g]\ntype='nvml'\n", "node: required key is missing"),
         ("[node]\nname = 'a b'\n[sources.g]\ntype='nvml'\n", "node.name: must be a node name"),
         (
+            '[node]\nname = "n\\u001b[2J"\n[sources.g]\ntype="nvml"\n',
+            "node.name: must be printable",
+        ),
+        ('[node]\nname = "n1"\nrack = "r\\u0000"\n[sources.g]\ntype="nvml"\n', "node.rack"),
+        (MINIMAL + "[sources.gpus.x]\n", "sources.gpus.x: unknown key"),
+        ("[node]\nname='n1'\n[sources.g]\ntype=[]\n", "sources.g.type: must be one of"),
+        (MINIMAL + "[api]\nmax_event_streams = 200\nmax_connections = 100\n", "max_event_streams"),
+        (
             MINIMAL + "[scheduler]\ntype='webhook'\nurl='ftp://x'\nsecret_file='/nonexistent/k'\n",
             "scheduler.secret_file: secret file '/nonexistent/k' cannot be read",
         ),
@@ -115,13 +124,13 @@ def test_all_problems_reported_at_once() -> None:
 
 def test_unreadable_secret_names_key(tmp_path: Path) -> None:
     secret = tmp_path / "k"
-    secret.write_text("x")
+    write_secret(secret, "x")
     secret.chmod(0)
     text = MINIMAL + f"[scheduler]\ntype='webhook'\nurl='http://h/x'\nsecret_file='{secret}'\n"
     if secret.stat().st_uid == 0 and __import__("os").geteuid() == 0:
         # root reads anything: use an empty file to get the same key-naming error
         secret.chmod(0o600)
-        secret.write_text("")
+        write_secret(secret, "")
     with pytest.raises(ConfigError) as info:
         parse_config(text)
     assert any(p.startswith("scheduler.secret_file:") for p in info.value.problems)

@@ -11,6 +11,7 @@ from adapters.sensors.opcua import OpcuaAdapter
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.typed_toml import ConfigError, load_typed
 from daemon.service.sources import build_opcua_adapter
+from tests.support.secrets import write_secret
 
 URL = "opc.tcp://cdu-1.example:4840"
 
@@ -81,14 +82,14 @@ def test_secure_policy_needs_the_certificate_files(tmp_path: Path) -> None:
 
 def test_password_file_must_be_readable_and_not_empty(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
-    empty.write_text("\n")
+    write_secret(empty, "\n")
     got = problems(username="op", password_file=str(empty))
     assert any(p.startswith("password_file:") and "is empty" in p for p in got)
 
 
 def test_node_ids_namespaces_and_subset_reach_the_adapter(tmp_path: Path) -> None:
     secret = tmp_path / "pw"
-    secret.write_text("s3cret\n")
+    write_secret(secret, "s3cret\n")
     cfg = load(
         profile="opc40082-tcd",
         mode="poll",

@@ -13,6 +13,7 @@ from adapters.sensors.snmp_client import V2cClient, V3Client
 from daemon.config.snmp import SnmpSourceConfig
 from daemon.config.typed_toml import ConfigError, load_typed
 from daemon.service.sources import build_snmp_adapter, snmp_client
+from tests.support.secrets import write_secret
 
 
 def _load(**fields: Any) -> SnmpSourceConfig:
@@ -22,7 +23,7 @@ def _load(**fields: Any) -> SnmpSourceConfig:
 @pytest.fixture
 def community(tmp_path: Path) -> Path:
     path = tmp_path / "community"
-    path.write_text("s3cret-community\n")
+    write_secret(path, "s3cret-community\n")
     return path
 
 
@@ -46,7 +47,7 @@ def _problems(**fields: Any) -> list[str]:
 def test_v2c_needs_a_readable_community_file(tmp_path: Path) -> None:
     assert _problems() == ["community_file: required with version = '2c'"]
     empty = tmp_path / "empty"
-    empty.write_text("\n")
+    write_secret(empty, "\n")
     (problem,) = _problems(community_file=str(empty))
     assert problem.startswith("community_file: secret file") and "is empty" in problem
 
@@ -57,7 +58,7 @@ def test_v3_needs_user_and_key_files(tmp_path: Path, community: Path) -> None:
     assert "auth_key_file: required with version = '3'" in problems
     assert "priv_key_file: required with priv_protocol = 'aes'" in problems
     key = tmp_path / "key"
-    key.write_text("a-long-enough-key\n")
+    write_secret(key, "a-long-enough-key\n")
     cfg = _load(version="3", user="rg", auth_key_file=str(key), priv_protocol="none")
     assert isinstance(snmp_client(cfg), V3Client)
     mixed = _problems(

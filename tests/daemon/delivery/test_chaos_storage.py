@@ -110,7 +110,6 @@ interval_s = 0.1
 timeout_s = 0.09
 backoff_initial_s = 0.05
 backoff_max_s = 0.2
-binding = "fakes.nvml_module"
 [policy]
 min_dwell_s = 0.0
 resume_after_s = 0.2
@@ -131,7 +130,7 @@ outbox_path = "{self.outbox}"
 
     def start(self) -> None:
         self.set_temperature(COOL_C)
-        cli = "daemon.cli"
+        cli = "fakes.nvml_module"  # rackguard on the simulated node
         if self.readonly_flag is not None:
             cli = f"tests.support.faulty_disk {self.readonly_flag}"
         run = f"exec {sys.executable} -m {cli} run --config {self.config()}"

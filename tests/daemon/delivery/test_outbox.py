@@ -18,6 +18,7 @@ from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.delivery import decision
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
@@ -34,7 +35,7 @@ async def fake() -> AsyncIterator[FakeSlurmrestd]:
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "jwt"
-    path.write_text("token-root\n")
+    write_secret(path, "token-root\n")
     return path
 
 

@@ -22,6 +22,7 @@ from fakes.slurmrestd import FakeNode, FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 
 NODES = tuple(f"gpu{i:02d}" for i in range(1, 7))
 DECISIONS = 100
@@ -106,7 +107,7 @@ async def test_kill_9_ten_times_loses_no_decision_and_applies_none_twice(tmp_pat
     fake = FakeSlurmrestd(NODES, tokens={"root": "token-root"})
     await fake.start()
     token_file = tmp_path / "jwt"
-    token_file.write_text("token-root\n")
+    write_secret(token_file, "token-root\n")
     db = tmp_path / "outbox.sqlite3"
     rng = random.Random()
     starts: list[int] = []

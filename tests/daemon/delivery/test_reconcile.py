@@ -16,6 +16,7 @@ from daemon.delivery.reconcile import Finding, Reconciler
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 
@@ -41,7 +42,7 @@ async def fake() -> AsyncIterator[FakeSlurmrestd]:
 @pytest.fixture
 async def sink(fake: FakeSlurmrestd, tmp_path: Path) -> AsyncIterator[SlurmSink]:
     token = tmp_path / "jwt"
-    token.write_text("token-root")
+    write_secret(token, "token-root")
     s = SlurmSink(fake.url, token=JwtToken(token), timeout_s=2.0)
     yield s
     await s.close()

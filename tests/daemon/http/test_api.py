@@ -20,6 +20,7 @@ from daemon.http.openapi import OPENAPI
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.daemon_harness import running_daemon
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 TOKEN = "op-token-123"
@@ -41,7 +42,7 @@ def check(schema_name: str, body: Any) -> None:
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "api.token"
-    path.write_text(TOKEN + "\n")
+    write_secret(path, TOKEN + "\n")
     return path
 
 
@@ -61,10 +62,10 @@ async def post(
 
 
 def test_every_route_is_documented() -> None:
-    from daemon.service.app import Daemon  # noqa: PLC0415
+    from daemon.http.api import ApiContext  # noqa: PLC0415
 
-    # Routing needs no daemon state: an uninitialised instance is enough here.
-    app = make_app(object.__new__(Daemon))
+    # Routing needs no service state: an uninitialised context is enough here.
+    app = make_app(object.__new__(ApiContext))
     routes = set()
     for r in app.router.routes():
         info = r.resource.get_info() if r.resource else {}
@@ -101,6 +102,7 @@ async def test_endpoints_match_the_openapi_document(
             "sources": {"gpus": True},
             "outbox": {"writable": True, "error": ""},
             "problems": [],
+            "simulated": True,  # the fake NVML is injected
         }
         check("State", await get(http, f"{base}/v1/state"))
         await wait_until(
@@ -322,16 +324,24 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
 
     from daemon.config.policy import PolicyConfig  # noqa: PLC0415
     from daemon.http.api import StateBody  # noqa: PLC0415
+    from daemon.http.events import EventHub  # noqa: PLC0415
     from daemon.service.state import StateStore  # noqa: PLC0415
+    from daemon.service.view import ServiceView  # noqa: PLC0415
     from policies.model import Quality, Reading, SensorKind  # noqa: PLC0415
 
     store = StateStore()
     node = SimpleNamespace(name="n1", rack="r1")
-    stub: Any = SimpleNamespace(
+    stub: Any = SimpleNamespace()
+    view = ServiceView(
+        config=lambda: SimpleNamespace(node=node, policy=PolicyConfig()),  # type: ignore[arg-type,return-value]
+        runners=list,
         store=store,
-        engine=SimpleNamespace(last=None),
-        runners=[],
-        config=SimpleNamespace(node=node, policy=PolicyConfig()),
+        engine=SimpleNamespace(last=None),  # type: ignore[arg-type]
+        decisions=stub,
+        deliverer=stub,
+        overrides=stub,
+        events=EventHub(),
+        simulated=False,
     )
 
     clock = [1000.0]  # the cache's monotonic clock, moved by the test
@@ -351,15 +361,15 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
 
     cache = StateBody(max_age_s=0.2, clock=lambda: clock[0])
     store.update("gpus", [reading(50.0)])
-    first = cache.get(stub)
-    assert cache.get(stub) is first  # same readings, fresh: served from the cache
+    first = cache.get(view)
+    assert cache.get(view) is first  # same readings, fresh: served from the cache
     store.update("gpus", [reading(51.0)])
-    second = cache.get(stub)
+    second = cache.get(view)
     assert orjson.loads(second)["series"][0]["value"] == 51.0  # new readings: rebuilt
     clock[0] += 0.1
-    assert cache.get(stub) is second  # younger than max_age_s: still the cached body
+    assert cache.get(view) is second  # younger than max_age_s: still the cached body
     clock[0] += 0.15
-    third = cache.get(stub)
+    third = cache.get(view)
     assert third is not second  # aged out: ages recomputed
     assert orjson.loads(third)["series"][0]["age_s"] == pytest.approx(0.25)
 

@@ -6,7 +6,6 @@ import http.client
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -16,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.daemon_harness import config_text
+from tests.support.daemon_harness import SIMULATED_RACKGUARD, config_text
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 
 TOKEN = "fuzz-token"
 PATHS = [
@@ -80,8 +80,8 @@ event_ids = st.none() | st.text(
 @pytest.fixture(scope="module")
 def daemon_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     tmp = tmp_path_factory.mktemp("fuzz")
-    (tmp / "key").write_text("k")
-    (tmp / "token").write_text(TOKEN)
+    write_secret((tmp / "key"), "k")
+    write_secret((tmp / "token"), TOKEN)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -91,13 +91,12 @@ def daemon_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             "http://127.0.0.1:9/none",
             tmp / "key",
             port=port,
-            binding="fakes.nvml_module",
             api_extra=f'token_file = "{tmp / "token"}"',
             scheduler_extra=f'outbox_path = "{tmp / "outbox.db"}"',
         )
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
+        [*SIMULATED_RACKGUARD, "run", "--config", str(cfg)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -116,6 +115,9 @@ def daemon_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     assert proc.wait(timeout=10) == 0  # it survived the fuzzing and stops cleanly
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert "Traceback" not in err, err[-3000:]
+    # 2,200 hostile requests are the clients' problem: a few state changes and
+    # overrides at most, never a record per request.
+    assert len(err.splitlines()) < 300, err[-3000:]
 
 
 def request(

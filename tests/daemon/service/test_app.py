@@ -17,16 +17,17 @@ import pytest
 from daemon.service.runner import Health
 from fakes.nvml import FakeNvml, fake_node
 from fakes.scheduler import FakeWebhookScheduler
-from tests.support.daemon_harness import config_text, running_daemon
+from tests.support.daemon_harness import SIMULATED_RACKGUARD, config_text, running_daemon
 from tests.support.paths import ROOT
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 
 @pytest.fixture
 def secret(tmp_path: Path) -> Path:
     path = tmp_path / "key"
-    path.write_bytes(SECRET)
+    write_secret(path, SECRET)
     return path
 
 
@@ -107,12 +108,10 @@ def free_port() -> int:
 def test_process_stops_cleanly_on_sigterm(tmp_path: Path, secret: Path) -> None:
     port = free_port()
     cfg = tmp_path / "rg.toml"
-    cfg.write_text(
-        config_text("http://127.0.0.1:9/none", secret, port=port, binding="fakes.nvml_module")
-    )
+    cfg.write_text(config_text("http://127.0.0.1:9/none", secret, port=port))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
+        [*SIMULATED_RACKGUARD, "run", "--config", str(cfg)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -158,7 +157,7 @@ def nvml_usable() -> bool:
 
 def test_process_start_fails_clearly_without_nvml_library(tmp_path: Path, secret: Path) -> None:
     cfg = tmp_path / "rg.toml"
-    cfg.write_text(config_text("http://127.0.0.1:9/none", secret, binding="pynvml"))
+    cfg.write_text(config_text("http://127.0.0.1:9/none", secret))
     proc = subprocess.run(
         [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
         capture_output=True,
@@ -175,9 +174,9 @@ def test_process_start_fails_clearly_without_nvml_library(tmp_path: Path, secret
 
 def test_probe_prints_one_read_as_table(tmp_path: Path, secret: Path) -> None:
     cfg = tmp_path / "rg.toml"
-    cfg.write_text(config_text("http://127.0.0.1:9/none", secret, binding="fakes.nvml_module"))
+    cfg.write_text(config_text("http://127.0.0.1:9/none", secret))
     proc = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "probe", "gpus", "--config", str(cfg)],
+        [*SIMULATED_RACKGUARD, "probe", "gpus", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +16,12 @@ import pytest
 from daemon.config import load_config
 from daemon.service.app import Daemon
 from daemon.service.notify import Notifier
+from fakes.nvml_module import simulated_node
 from fakes.scheduler import FakeWebhookScheduler
+from tests.support.daemon_harness import SIMULATED_RACKGUARD
 from tests.support.paths import ROOT
-from tests.support.secrets import WEBHOOK_SECRET
-from tests.support.wait import wait_until
+from tests.support.secrets import WEBHOOK_SECRET, write_secret
+from tests.support.wait import wait_until, wait_until_sync
 
 
 def write_config(path: Path, secret: Path, *, interval: float = 0.1, extra: str = "") -> None:
@@ -31,7 +32,6 @@ name = "n-notify"
 port = 0
 [sources.gpus]
 type = "nvml"
-binding = "fakes.nvml_module"
 interval_s = {interval}
 timeout_s = {interval / 2}
 [scheduler]
@@ -71,7 +71,7 @@ def test_real_process_reports_ready_watchdog_status_stopping(
     write_config(cfg, secret_file)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "300000"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
+        [*SIMULATED_RACKGUARD, "run", "--config", str(cfg)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -88,7 +88,7 @@ def test_real_process_reports_ready_watchdog_status_stopping(
     texts = [m for _, m in messages]
     ready = [m for m in texts if "READY=1" in m]
     assert len(ready) == 1, texts
-    assert "STATUS=n-notify: " in ready[0] and "gpus up" in ready[0]
+    assert "STATUS=n-notify (SIMULATED GPUs): " in ready[0] and "gpus up" in ready[0]
     pings = [t for t, m in messages if m == "WATCHDOG=1"]
     assert len(pings) >= 8, texts  # every 0.15 s for ~4 s (generous for a loaded machine)
     assert texts[-1] == "STOPPING=1"
@@ -102,7 +102,7 @@ async def test_blocked_event_loop_stops_the_watchdog_pings(
     cfg = tmp_path / "rg.toml"
     write_config(cfg, secret_file)
     notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "100000"})
-    daemon = Daemon(load_config(cfg), notifier=notifier)
+    daemon = Daemon(load_config(cfg), notifier=notifier, nvml=simulated_node())
     task = asyncio.create_task(daemon.run(handle_signals=False))
     pings: list[float] = []
 
@@ -136,7 +136,8 @@ async def test_sighup_reload_applies_new_sources_and_refuses_bad_config(
 ) -> None:
     cfg = tmp_path / "rg.toml"
     write_config(cfg, secret_file, interval=0.1)
-    daemon = Daemon(load_config(cfg), config_path=cfg)
+    nvml = simulated_node()
+    daemon = Daemon(load_config(cfg), config_path=cfg, nvml=nvml)
     task = asyncio.create_task(daemon.run(handle_signals=False))
     try:
         await asyncio.wait_for(daemon.ready.wait(), 5)
@@ -165,29 +166,33 @@ def test_real_process_reloads_on_sighup(tmp_path: Path, secret_file: Path) -> No
     cfg = tmp_path / "rg.toml"
     write_config(cfg, secret_file)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "rackguard.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*SIMULATED_RACKGUARD, "run", "--config", str(cfg)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+
+    def logged(text: str) -> bool:
+        assert proc.poll() is None, log.read_text()  # SIGHUP does not kill it
+        return text in log.read_text()
+
     try:
-        time.sleep(2.0)
+        wait_until_sync(lambda: logged(": ready: "), 30, what="ready")
         write_config(cfg, secret_file, interval=0.3)
         proc.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
-        assert proc.poll() is None  # SIGHUP does not kill it
+        wait_until_sync(lambda: logged("gpus: source (re)started by reload"), 30, what="reload")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    err = proc.stderr.read() if proc.stderr else ""
+    err = log.read_text()
     assert "SIGHUP received, reloading configuration" in err
     assert "configuration reloaded from" in err
-    assert "gpus: source (re)started by reload" in err
 
 
 def test_notifier_is_silent_outside_systemd() -> None:
@@ -201,7 +206,8 @@ def test_notifier_is_silent_outside_systemd() -> None:
 async def test_overlapping_reloads_apply_one_at_a_time(tmp_path: Path, secret_file: Path) -> None:
     cfg = tmp_path / "rg.toml"
     write_config(cfg, secret_file, interval=0.1)
-    daemon = Daemon(load_config(cfg), config_path=cfg)
+    nvml = simulated_node()
+    daemon = Daemon(load_config(cfg), config_path=cfg, nvml=nvml)
     task = asyncio.create_task(daemon.run(handle_signals=False))
     try:
         await asyncio.wait_for(daemon.ready.wait(), 5)
@@ -218,16 +224,15 @@ async def test_overlapping_reloads_apply_one_at_a_time(tmp_path: Path, secret_fi
 @pytest.fixture
 def receiver_key(tmp_path: Path) -> Path:
     path = tmp_path / "receiver.key"
-    path.write_bytes(WEBHOOK_SECRET)
+    write_secret(path, WEBHOOK_SECRET)
     return path
 
 
 async def test_turning_dry_run_off_sends_the_drain_it_only_reported(
     tmp_path: Path, receiver_key: Path, receiver: FakeWebhookScheduler
 ) -> None:
-    import fakes.nvml_module  # noqa: PLC0415
-
-    gpu = fakes.nvml_module.FAKE.gpus[0]
+    nvml = simulated_node()
+    gpu = nvml.gpus[0]
     cfg = tmp_path / "rg.toml"
     fast = (
         "[policy]\nmin_dwell_s = 0.0\nresume_after_s = 0.2\nstale_after_s = 1.0\n"
@@ -235,7 +240,7 @@ async def test_turning_dry_run_off_sends_the_drain_it_only_reported(
     )
     write_config(cfg, receiver_key, extra=fast + "dry_run = true\n")
     cfg.write_text(cfg.read_text().replace("http://127.0.0.1:9/none", receiver.url))
-    daemon = Daemon(load_config(cfg), config_path=cfg)
+    daemon = Daemon(load_config(cfg), config_path=cfg, nvml=nvml)
     task = asyncio.create_task(daemon.run(handle_signals=False))
     try:
         await asyncio.wait_for(daemon.ready.wait(), 5)

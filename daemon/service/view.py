@@ -1,0 +1,184 @@
+"""The narrow, read-only window the API and the metrics get on the running service.
+
+Readers never see the daemon itself: what they may read is listed here, so a
+handler cannot reach into the wiring, the runners or the reload machinery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from daemon.delivery.outbox import Pending
+from daemon.http.decision_log import LogQuery, page
+from daemon.http.events import EventHub
+from policies.model import Reading
+
+if TYPE_CHECKING:
+    from daemon.config import Config
+    from daemon.delivery.deliverer import Deliverer
+    from daemon.delivery.outbox import DecisionStore
+    from daemon.delivery.overrides import OverrideStore
+    from daemon.service.engine import PolicyEngine
+    from daemon.service.runner import SourceRunner
+    from daemon.service.state import StateStore
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """One source as readers see it."""
+
+    name: str
+    health: str
+    last_error: str
+    attempts: int
+    failures: int
+    skipped_ticks: int
+    reported: bool
+
+
+class ServiceView:
+    """Read-only accessors over the running service's parts (config and runners follow reloads)."""
+
+    def __init__(
+        self,
+        *,
+        config: Callable[[], Config],
+        runners: Callable[[], Sequence[SourceRunner]],
+        store: StateStore,
+        engine: PolicyEngine,
+        decisions: DecisionStore,
+        deliverer: Deliverer,
+        overrides: OverrideStore,
+        events: EventHub,
+        simulated: bool,
+        cluster: Callable[[], dict[str, Any] | None] = lambda: None,
+    ) -> None:
+        self._config = config
+        self._runners = runners
+        self._store = store
+        self._engine = engine
+        self._decisions = decisions
+        self._deliverer = deliverer
+        self._overrides = overrides
+        self.events = events
+        # True when the GPUs are a simulation injected at start (demo, tests):
+        # shown in /v1/state and /readyz so nobody mistakes it for a real node.
+        self.simulated = simulated
+        self._cluster = cluster
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force (after the last successful reload)."""
+        return self._config()
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever readings change."""
+        return self._store.generation
+
+    def readings(self) -> list[Reading]:
+        """The latest reading of every series."""
+        return list(self._store.readings())
+
+    @property
+    def outcome(self) -> Any:
+        """The policy's latest evaluation (None before the first)."""
+        return self._engine.last
+
+    @property
+    def rack(self) -> str:
+        """The rack the policy places this node in."""
+        return self._engine.rack
+
+    @property
+    def node_action(self) -> Any:
+        """What rackguard last asked for this node (an Action)."""
+        return self._engine.state.action
+
+    @property
+    def breaker_open(self) -> bool:
+        """Whether the storm breaker holds predictive drains."""
+        return bool(self._engine.policy.breaker.open)
+
+    def rack_tracker(self) -> Any:
+        """The policy's tracker of this node's rack (None before its first reading)."""
+        return self._engine.policy.tracker.rack.get(self._engine.rack)
+
+    def sources(self) -> list[SourceStatus]:
+        """Every running source's health and counters."""
+        return [
+            SourceStatus(
+                r.name,
+                r.health.value,
+                r.stats.last_error,
+                r.stats.attempts,
+                r.stats.failures,
+                r.stats.skipped_ticks,
+                self._store.reported(r.name),
+            )
+            for r in self._runners()
+        ]
+
+    def pending(self) -> list[Pending]:
+        """Decisions waiting for the scheduler, oldest first."""
+        return self._decisions.pending()
+
+    def pending_count(self) -> int:
+        """How many decisions wait for the scheduler."""
+        return len(self._decisions)
+
+    @property
+    def storage_error(self) -> str:
+        """Why the decision store does not take writes now ("" while it does)."""
+        return self._decisions.error
+
+    def not_durable(self) -> int:
+        """Decision changes held in memory only, waiting for the disk."""
+        return self._decisions.not_durable()
+
+    @property
+    def write_failures(self) -> int:
+        """Write transactions the disk refused, since start."""
+        return self._decisions.write_failures
+
+    def delivery_failures(self) -> dict[str, int]:
+        """Failed delivery attempts by reason, since start."""
+        return dict(self._deliverer.failures)
+
+    @property
+    def refusal(self) -> str:
+        """The scheduler's refusal an operator must fix, or ""."""
+        return self._deliverer.refusal
+
+    def problems(self) -> list[str]:
+        """Why the store or the delivery is not healthy (the store's and deliverer's checks)."""
+        checks = self._decisions.health() + self._deliverer.health()
+        return [reason for ok, reason in checks if not ok]
+
+    def readiness(self) -> dict[str, Any]:
+        """The /readyz body: every source reported once, the store and delivery healthy."""
+        sources = {s.name: s.reported for s in self.sources()}
+        problems = self.problems()
+        error = self.storage_error
+        body: dict[str, Any] = {
+            "ready": all(sources.values()) and not problems,
+            "sources": sources,
+            "outbox": {"writable": not error, "error": error},
+            "problems": problems,
+            "simulated": self.simulated,
+        }
+        cluster = self._cluster()
+        if cluster is not None:
+            # Degraded coordination does not make the agent unready: it still protects its node.
+            body["cluster"] = cluster
+        return body
+
+    async def decision_page(self, query: LogQuery) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the decision log (read on the store's thread)."""
+        return await self._decisions.query(lambda db: page(db, query))
+
+    def overrides(self) -> dict[str, Any]:
+        """The operator overrides in force."""
+        return self._overrides.current()
