@@ -21,8 +21,8 @@ from adapters.errors import SourceError
 from daemon.config import Config, ConfigError, load_config
 from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
-from daemon.version import package_version
 from daemon.service.preflight import preflight_problems
+from daemon.version import package_version
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 1

@@ -40,9 +40,7 @@ def rack_evidence(view: ServiceView, now: float) -> RackEvidence:
     """Highest fresh inlet air and coolant supply, and each flow against its sustained high."""
     stale = view.config.policy.rack_stale_after_s
     fresh = [
-        r
-        for r in view.readings()
-        if r.usable and r.value is not None and now - r.mono <= stale
+        r for r in view.readings() if r.usable and r.value is not None and now - r.mono <= stale
     ]
     tracker = view.rack_tracker()
     fractions: dict[str, float] = {}

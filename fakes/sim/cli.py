@@ -16,7 +16,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -246,23 +245,17 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_node(args: argparse.Namespace) -> int:
     """A `rackguard` command (run, probe, check-config) on a simulated node's GPUs."""
-    import inspect  # noqa: PLC0415
-
     from daemon import cli as daemon_cli  # noqa: PLC0415 - only this verb runs the daemon
-    from fakes.sim.served_gpus import ServedNvml, as_module  # noqa: PLC0415
+    from fakes.sim.served_gpus import ServedNvml  # noqa: PLC0415
 
     rest = list(args.rackguard_args)
     if rest[:1] == ["--"]:
         rest = rest[1:]
     if not rest:
         raise UsageError("node: give the rackguard command to run, e.g. -- run --config FILE")
-    nvml = ServedNvml(Path(args.gpus))
-    run: Callable[..., int] = daemon_cli.main
-    if "nvml" in inspect.signature(run).parameters:
-        return run(rest, nvml=nvml)  # a daemon that takes an injected (loudly simulated) NVML
-    # A daemon that imports its binding by name: the name it imports ("pynvml") is this one.
-    sys.modules["pynvml"] = as_module(nvml)
-    return run(rest)
+    # The daemon takes the simulated NVML injected here and says so loudly
+    # (a WARNING at start, "simulated": true in /v1/state and /readyz).
+    return daemon_cli.main(rest, nvml=ServedNvml(Path(args.gpus)))
 
 
 # --- score -----------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import time
-import types
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -130,12 +129,3 @@ class ServedNvml(FakeNvml):
         super()._enter(name, need_init=need_init)
         if self.problem and name != "nvmlShutdown":
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-
-
-def as_module(nvml: FakeNvml, name: str = "pynvml") -> types.ModuleType:
-    """A module object with the fake's functions and constants, shaped like nvidia-ml-py's."""
-    module = types.ModuleType(name, "rackguard-sim: a simulated node's NVML")
-    for attr in dir(nvml):
-        if not attr.startswith("_"):
-            setattr(module, attr, getattr(nvml, attr))
-    return module
