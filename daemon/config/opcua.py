@@ -163,9 +163,11 @@ class OpcuaSourceConfig:
                 if path is None:
                     yield key, f"is required with security_policy {self.security_policy}"
                     continue
-                # The private key is a secret: a bare name is a systemd credential.
-                path = resolve_secret(path) if key == "private_key_file" else path
-                problem = secret_problem(path)
+                # The private key is a secret (a bare name is a systemd credential);
+                # the certificates are public and may be readable by anyone.
+                private = key == "private_key_file"
+                path = resolve_secret(path) if private else path
+                problem = secret_problem(path, private=private)
                 if problem:
                     yield key, problem
         if self.username and self.password_file is None:

@@ -7,24 +7,27 @@ import stat
 from pathlib import Path
 
 
-def secret_problem(path: Path) -> str | None:
+def secret_problem(path: Path, *, private: bool = True) -> str | None:
     """Why a secret file is unusable, or None.
 
     Like ssh with a private key, a secret that group or others may read is
     refused: it has already leaked to every local user (HPC job users are local).
+    ``private=False`` is for public material kept beside secrets (certificates):
+    it must be readable and not empty, whoever else may read it.
     """
+    kind = "secret file" if private else "file"
     try:
         with path.open("rb") as fh:
             mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
-            if mode & 0o077:
+            if private and mode & 0o077:
                 return (
                     f"secret file {str(path)!r} is accessible by group or others"
                     f" (mode {mode:04o}); make it private: chmod 600"
                 )
             if not fh.read(4096).strip():
-                return f"secret file {str(path)!r} is empty"
+                return f"{kind} {str(path)!r} is empty"
     except OSError as err:
-        return f"secret file {str(path)!r} cannot be read: {err.strerror or err}"
+        return f"{kind} {str(path)!r} cannot be read: {err.strerror or err}"
     return None
 
 

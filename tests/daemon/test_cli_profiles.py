@@ -21,6 +21,7 @@ from daemon.cli import main
 from fakes.cdu_server import FakeCduServer
 from fakes.snmp_recording import SnmpsimServer
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 
 RECORDING = ROOT / "tests" / "fixtures" / "snmp" / "sentry3-fahrenheit.snmprec"
 SHIPPED_SNMP = ROOT / "adapters" / "sensors" / "profiles"
@@ -45,7 +46,7 @@ async def cdu() -> AsyncIterator[FakeCduServer]:
 
 def _config(tmp: Path, snmp_port: int, cdu_url: str, snmp: str = "", opcua: str = "") -> Path:
     community = tmp / "community"
-    community.write_text("sentry3-fahrenheit\n")
+    write_secret(community, "sentry3-fahrenheit\n")
     path = tmp / "rackguard.toml"
     path.write_text(
         '[node]\nname = "n1"\n'

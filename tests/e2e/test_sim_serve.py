@@ -27,7 +27,7 @@ from fakes.processes import stop_process
 from fakes.scheduler import FakeWebhookScheduler
 from fakes.snmp_recording import free_udp_port
 from tests.support.paths import ROOT
-from tests.support.secrets import WEBHOOK_SECRET
+from tests.support.secrets import WEBHOOK_SECRET, write_secret
 from tests.support.wait import wait_for_result, wait_until
 
 pytestmark = pytest.mark.scenario
@@ -170,8 +170,8 @@ async def test_game_day_pump_failure_drains_and_scores(
 ) -> None:
     scenario = tmp_path / "gameday.toml"
     scenario.write_text(SCENARIO)
-    (tmp_path / "community").write_text("staging\n")
-    (tmp_path / "webhook.key").write_bytes(WEBHOOK_SECRET)
+    write_secret(tmp_path / "community", "staging\n")
+    write_secret(tmp_path / "webhook.key", WEBHOOK_SECRET)
     state = tmp_path / "sim"
     control = f"127.0.0.1:{free_port()}"
     serve_log = tmp_path / "serve.log"

@@ -31,6 +31,7 @@ from fakes.sim.served_gpus import (
 from fakes.sim.snmp_engine_agent import V3User
 from policies.model import Quality, Reading, SensorKind
 from tests.support.paths import SHARED_DATA
+from tests.support.secrets import write_secret
 from tests.support.wait import wait_for_result, wait_until
 
 AUTH_KEY = "staging-auth-key"
@@ -79,9 +80,9 @@ async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
 
 
 def _pdu_source(tmp_path: Path, h: Harness, *, v3: bool, auth_key: str = AUTH_KEY) -> SensorAdapter:
-    (tmp_path / "auth").write_text(auth_key)
-    (tmp_path / "priv").write_text(PRIV_KEY)
-    (tmp_path / "community").write_text("public")
+    write_secret(tmp_path / "auth", auth_key)
+    write_secret(tmp_path / "priv", PRIV_KEY)
+    write_secret(tmp_path / "community", "public")
     ep = h.endpoints()["pdu"]
     probes = ", ".join(f'"{k}" = "{v}"' for k, v in ep["probe_positions"].items())
     auth = (
@@ -349,7 +350,7 @@ async def test_tcd_cdu_serves_the_pump_failure_to_the_tcd_profile(tmp_path: Path
         ),
     )
     await h.start()
-    (tmp_path / "key").write_text("k")
+    write_secret(tmp_path / "key", "k")
     cfg = parse_config(
         f"""
 [node]

@@ -135,7 +135,7 @@ def test_the_private_key_may_be_a_systemd_credential(
         (tmp_path / name).write_bytes(b"x")
     creds = tmp_path / "credentials"
     creds.mkdir()
-    (creds / "cdu-client.key").write_text("-----BEGIN PRIVATE KEY-----\n")
+    write_secret(creds / "cdu-client.key", "-----BEGIN PRIVATE KEY-----\n")
     secure = {
         "security_policy": "Basic256Sha256",
         "security_mode": "SignAndEncrypt",
