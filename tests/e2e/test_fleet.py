@@ -215,6 +215,11 @@ async def test_an_idle_node_follows_its_rack_peers_cooling_loop_drain_live(
     write_secret(community, "public\n")
     profile = "opc40082-tcd" if cdu.model == "tcd" else "generic"
     cdu_source = RackFakes(0, community, {}, cdu.url, profile).sources().split("[sources.cdu]")[1]
+    # At 40x a loaded loop reaches slowdown ~1 s (wall) after its pump stops: the
+    # cooling unit is read as often as a real one is in simulated time (~4 s).
+    cdu_source = cdu_source.replace("interval_s = 0.5", "interval_s = 0.1")
+    cdu_source = cdu_source.replace("timeout_s = 0.45", "timeout_s = 0.09")
+    cdu_source = cdu_source.replace("sampling_interval_s = 0.25", "sampling_interval_s = 0.05")
     policy = {"cluster_budget_nodes": 4, "cluster_budget_pct": 0.0}
     fleet = FleetRun(
         tmp_path,
@@ -224,7 +229,7 @@ async def test_an_idle_node_follows_its_rack_peers_cooling_loop_drain_live(
         etcd=[etcd.url],
         sources={"a1": "[sources.cdu]" + cdu_source},
     )
-    follow = asyncio.create_task(cdu.follow(lambda: sim.snapshot.cdu, 0.1))
+    follow = asyncio.create_task(cdu.follow(lambda: sim.snapshot.cdu, 0.05))
     try:
         await fleet.fast_forward(150.0)
         await fleet.start()

@@ -216,6 +216,8 @@ class FleetRun:
             "load_settle_s": 120.0 / sp,
             "max_gpu_rate_c_per_min": 10.0 * sp,
             "max_air_rate_c_per_min": 5.0 * sp,
+            "flow_loss_confirm_s": 5.0 / sp,
+            "critical_grace_s": 20.0 / sp,
             "storm_window_s": 600.0 / sp,
             "resume_window_s": 60.0 / sp,
             "resume_jitter": 0.05,
