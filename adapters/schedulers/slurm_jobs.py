@@ -23,7 +23,7 @@ from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
 SignalScope = Literal["full", "batch", "steps"]
 _SCOPE_FLAG = {"full": ("--full",), "batch": ("--batch",), "steps": ()}
 _GONE = ("invalid job id", "already completing or completed", "job has finished")
-_REFUSED = ("presently disabled", "not permitted", "access denied", "invalid user")
+_REFUSED = ("presently disabled", "not permitted", "permission denied", "invalid user")
 
 
 class SlurmJobs:

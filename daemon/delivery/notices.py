@@ -45,6 +45,7 @@ from policies.model import Action, Decision
 log = logging.getLogger(__name__)
 
 KEEP_CLOSED = 200  # closed notices kept in memory (and on disk) for the API
+STORAGE_RETRY_S = 5.0  # a notice the disk refused is offered again this often
 IN_FLIGHT = "unknown: the daemon stopped while signalling; not signalled again"
 
 
@@ -272,7 +273,7 @@ class JobNotices:
             except StorageError as err:
                 log.error("%s: notice not recorded, retrying: %s", decision.node, err)
                 self._wake.clear()
-                await self._sleep(self.settings.retry_max_s, self._wake)
+                await self._sleep(min(self.settings.retry_max_s, STORAGE_RETRY_S), self._wake)
                 continue
             self._inbox.pop(0)
 
