@@ -146,16 +146,17 @@ def free_ports(count: int) -> list[int]:
     raise RuntimeError("no free ports")
 
 
-def _start_slurm(work: Path) -> dict[str, str] | None:
+def start_slurm(work: Path, cpus: int = 1, who: str = "delivery_latency") -> dict[str, str] | None:
     """A one-node cluster from scripts/start-slurm.sh, or None (with the reason on stderr)."""
     if os.geteuid() != 0:
-        print("delivery_latency: the real Slurm rows need root; skipped", file=sys.stderr)
+        print(f"{who}: the real Slurm rows need root; skipped", file=sys.stderr)
         return None
     os.chmod(work, 0o755)  # slurmrestd runs as nobody and reads slurm.conf under it
     ctld, rest, slurmd = free_ports(3)
     env = dict(
         os.environ,
         SLURM_CI_NODES="1",
+        SLURM_CI_CPUS=str(cpus),
         SLURM_CI_CTLD_PORT=str(ctld),
         SLURM_CI_REST_PORT=str(rest),
         SLURM_CI_SLURMD_BASE_PORT=str(slurmd),
@@ -169,7 +170,7 @@ def _start_slurm(work: Path) -> dict[str, str] | None:
         timeout=600,
     )
     if started.returncode != 0:
-        print(f"delivery_latency: Slurm did not start:\n{started.stderr}", file=sys.stderr)
+        print(f"{who}: Slurm did not start:\n{started.stderr}", file=sys.stderr)
         return None
     return dict(line.split("=", 1) for line in started.stdout.split())
 
@@ -219,7 +220,7 @@ def measure(samples: int = 200, real_samples: int = 40) -> list[Row]:
         rows = asyncio.run(_fake_path(samples, Path(tmp)))
     work = Path(tempfile.mkdtemp(prefix="rg-bench-slurm-", dir="/tmp"))
     try:
-        values = _start_slurm(work)
+        values = start_slurm(work)
         if values is not None:
             rows += asyncio.run(_real_path(values, work, real_samples))
     finally:

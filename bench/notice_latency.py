@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_jobs import SlurmJobs
-from bench.delivery_latency import free_ports, latency_rows, stop_slurm
+from bench.delivery_latency import latency_rows, start_slurm, stop_slurm
 from bench.report import Row
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices, NoticeSettings
@@ -37,34 +36,6 @@ trap 'date +%s.%N >> {marker}' USR1
 touch {marker}.ready
 while true; do sleep 0.05; done
 """
-
-
-def _start(work: Path) -> dict[str, str] | None:
-    if os.geteuid() != 0:
-        print("notice_latency: needs root (a real slurmctld); skipped", file=sys.stderr)
-        return None
-    os.chmod(work, 0o755)
-    ctld, rest, slurmd = free_ports(3)
-    env = dict(
-        os.environ,
-        SLURM_CI_NODES="1",
-        SLURM_CI_CPUS=str(JOBS),
-        SLURM_CI_CTLD_PORT=str(ctld),
-        SLURM_CI_REST_PORT=str(rest),
-        SLURM_CI_SLURMD_BASE_PORT=str(slurmd),
-    )
-    started = subprocess.run(
-        [str(ROOT / "scripts/start-slurm.sh"), str(work)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if started.returncode != 0:
-        print(f"notice_latency: Slurm did not start:\n{started.stderr}", file=sys.stderr)
-        return None
-    return dict(line.split("=", 1) for line in started.stdout.split())
 
 
 def _submit(env: dict[str, str], work: Path) -> tuple[list[str], list[Path]]:
@@ -190,7 +161,7 @@ def measure(samples: int = 30) -> list[Row]:
     """p50 / p99 of decision-to-every-job-signalled against a bare scancel."""
     work = Path(tempfile.mkdtemp(prefix="rg-bench-notice-", dir="/tmp"))
     try:
-        values = _start(work)
+        values = start_slurm(work, cpus=JOBS, who="notice_latency")
         return asyncio.run(_measure(values, work, samples)) if values is not None else []
     finally:
         stop_slurm(work)
