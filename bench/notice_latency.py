@@ -164,6 +164,11 @@ def measure(samples: int = 30) -> list[Row]:
         values = start_slurm(work, cpus=JOBS, who="notice_latency")
         return asyncio.run(_measure(values, work, samples)) if values is not None else []
     finally:
+        # Every job of this cluster, whatever failed: a slurmstepd outlives its slurmd.
+        conf = work / "etc" / "slurm.conf"
+        if conf.exists():
+            env = dict(os.environ, SLURM_CONF=str(conf))
+            subprocess.run(["scancel", "--full", "-u", "root"], env=env, check=False, timeout=30)
         stop_slurm(work)
 
 

@@ -18,11 +18,16 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.sensors.nvml import NvmlAdapter
+from daemon.config import parse_config
 from daemon.delivery.notices import JobNotices, NoticeSettings
+from daemon.service.app import Daemon
+from fakes.nvml import fake_node
 from policies.model import Action
 from tests.support.delivery import StoreAndDeliverer, decision
 from tests.support.paths import ROOT
@@ -230,3 +235,56 @@ async def test_kill_9_between_notice_and_requeue_neither_signals_twice_nor_forge
     assert told == [(job, "done", "done")]
     assert jobs.field(job, "Restarts") == "1"
     assert usr1(jobs, job) == ["usr1 restart=0"]  # signalled once, across the kill
+
+
+def _daemon_config(cluster: Cluster, tmp_path: Path, node: str) -> str:
+    return f"""
+[node]
+name = "{node}"
+[api]
+port = 0
+[sources.gpus]
+type = "nvml"
+interval_s = 0.05
+timeout_s = 0.04
+[policy]
+min_dwell_s = 0.0
+resume_after_s = 0.2
+evaluate_interval_s = 0.05
+[scheduler]
+type = "slurm"
+slurm_conf = "{cluster.conf}"
+outbox_path = "{tmp_path / "outbox.sqlite3"}"
+retry_initial_s = 0.05
+retry_max_s = 0.5
+reconcile_interval_s = 0
+checkpoint_grace_s = 300
+"""
+
+
+async def test_the_daemon_tells_a_job_of_a_hot_gpu_and_shows_the_notice(
+    jobs: Jobs, clean: Cluster, tmp_path: Path
+) -> None:
+    """The whole daemon: a hot GPU -> drain -> USR1 to the job -> /v1/node/notice."""
+    job = await running_job(jobs, "gpu01")
+    nvml = fake_node()
+    for g in nvml.gpus:
+        g.temperature_c = 60.0
+    cfg = parse_config(_daemon_config(clean, tmp_path, "gpu01"))
+    daemon = Daemon(cfg, adapters={"gpus": NvmlAdapter("gpus", nvml)})
+    task = asyncio.create_task(daemon.run(handle_signals=False))
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), 10)
+        nvml.gpus[3].temperature_c = 87.0  # 3 C under the H100's slowdown
+        await wait_until(lambda: usr1(jobs, job), timeout=60, what="USR1 after the drain")
+        url = f"http://127.0.0.1:{daemon.api_port}/v1/node/notice"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            body = await resp.json()
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, 10)
+    notice = body["notice"]
+    assert notice["action"] == "drain" and notice["reason"].startswith("rackguard: gpu3")
+    assert notice["checkpoint_by"] == pytest.approx(notice["noticed_at"] + 300)
+    assert [(j["job_id"], j["signaled"]) for j in notice["jobs"]] == [(job, "done")]
+    assert "DRAIN" in clean.show("gpu01")
