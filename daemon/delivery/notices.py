@@ -238,7 +238,7 @@ class JobNotices:
 
     async def run(self) -> None:
         """Until cancelled: load open notices, then carry each to its end."""
-        for n in await self._store.query(_load):
+        for n in await self._load():
             self._notices[n.key] = n
             for job in n.jobs.values():
                 if job.signal_started_at is not None and not job.signaled:
@@ -265,13 +265,28 @@ class JobNotices:
             delay = max(0.0, due - self._wall()) if due != math.inf else 3600.0
             await self._sleep(delay, self._wake)
 
+    async def _load(self) -> list[Notice]:
+        # A disk stalled at start delays the notices; it never ends the daemon.
+        failures = 0
+        while True:
+            try:
+                return await self._store.query(_load)
+            except StorageError as err:
+                failures += 1
+                level = logging.ERROR if failures == 1 else logging.DEBUG
+                log.log(level, "job notices: cannot read the open notices, retrying: %s", err)
+                await self._sleep(STORAGE_RETRY_S, asyncio.Event())
+
     async def _take_inbox(self) -> None:
+        failures = 0
         while self._inbox:
             decision = self._inbox[0]
             try:
                 await self._on_confirmed(decision)
             except StorageError as err:
-                log.error("%s: notice not recorded, retrying: %s", decision.node, err)
+                failures += 1
+                level = logging.ERROR if failures == 1 else logging.DEBUG
+                log.log(level, "%s: notice not recorded, retrying: %s", decision.node, err)
                 self._wake.clear()
                 await self._sleep(min(self.settings.retry_max_s, STORAGE_RETRY_S), self._wake)
                 continue

@@ -196,3 +196,30 @@ def test_skipped_and_failed_deliveries_open_no_notice(tmp_path: Path) -> None:
         assert n._inbox == []
     finally:
         store.close()
+
+
+async def test_a_disk_stalled_at_start_delays_the_notices_and_never_ends_the_task(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DecisionStore(tmp_path / "o.db")
+    disk = FlakyDisk(store._db)
+    store._db = disk  # type: ignore[assignment]
+    waits: list[float] = []
+
+    async def quick(delay: float, wake: asyncio.Event) -> None:
+        waits.append(delay)
+        disk.stall.set()  # the disk thaws during the wait
+        await asyncio.sleep(0)
+
+    disk.stall.clear()  # reads wait, as on a frozen filesystem
+    n = JobNotices(store, ScriptedJobs({}), FAST, sleep=quick)
+    task = asyncio.create_task(n.run())
+    try:
+        await wait_until(n.loaded.is_set, timeout=30, what="notices loaded")
+        assert not task.done() and waits[0] == 5.0
+        assert "cannot read the open notices, retrying" in caplog.text
+    finally:
+        disk.stall.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        store.close()
