@@ -96,7 +96,7 @@ async def test_the_docs_snippet_reads_an_open_notice(store: DecisionStore, tmp_p
     check("Notices", listed)
     notice = body["notice"]
     assert notice["checkpoint_by"] == pytest.approx(time.time() + 300, abs=60)
-    assert notice["reason"].startswith("rackguard:") and notice["domain"] == "gpu"
+    assert notice["reason"].startswith("rackguard") and notice["domain"] == "gpu"
     assert [(j["job_id"], j["signal"], j["signaled"]) for j in notice["jobs"]] == [
         ("11", "USR1", "done")
     ]
