@@ -466,5 +466,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.router.add_get("/v1/overrides", get_overrides)
     app.router.add_post("/v1/overrides", post_overrides)
     add_page_routes(app)
-    add_notice_routes(app, lambda: ctx.notices())
+    add_notice_routes(app, lambda: ctx.notices())  # noqa: PLW0108 (ctx may be uninitialised here)
     return app

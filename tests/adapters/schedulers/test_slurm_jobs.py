@@ -284,7 +284,11 @@ async def test_the_daemon_tells_a_job_of_a_hot_gpu_and_shows_the_notice(
         daemon.stop()
         await asyncio.wait_for(task, 10)
     notice = body["notice"]
-    assert notice["action"] == "drain" and "gpu3" in notice["reason"] and notice["reason"].startswith("rackguard")
+    assert (
+        notice["action"] == "drain"
+        and "gpu3" in notice["reason"]
+        and notice["reason"].startswith("rackguard")
+    )
     assert notice["checkpoint_by"] == pytest.approx(notice["noticed_at"] + 300)
     assert [(j["job_id"], j["signaled"]) for j in notice["jobs"]] == [(job, "done")]
     assert "DRAIN" in clean.show("gpu01")
