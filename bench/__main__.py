@@ -10,6 +10,7 @@ from bench import (
     api_rps,
     delivery_latency,
     fleet_cost,
+    notice_latency,
     opcua_cost,
     replay_speed,
     scoring,
@@ -28,13 +29,25 @@ def main() -> None:
         default="",
         help="comma-separated subset of: "
         + ", ".join(
-            ("agent", "delivery", "storage", "opcua", "snmp", "api", "scoring", "replay", "fleet")
+            (
+                "agent",
+                "delivery",
+                "notice",
+                "storage",
+                "opcua",
+                "snmp",
+                "api",
+                "scoring",
+                "replay",
+                "fleet",
+            )
         ),
     )
     args = p.parse_args()
     benches: dict[str, Callable[[], list[Row]]] = {
         "agent": lambda: agent_cost.measure(args.seconds),
         "delivery": delivery_latency.measure,
+        "notice": notice_latency.measure,
         "storage": storage_lag.measure,
         "opcua": lambda: opcua_cost.measure(seconds=3.0, repeats=5),
         "snmp": snmp_cost.measure,

@@ -94,7 +94,7 @@ async def _timed(fn: Callable[[], Awaitable[object]], samples: int) -> list[floa
     return out
 
 
-def _rows(name: str, values: list[float], ref_name: str, ref: list[float]) -> list[Row]:
+def latency_rows(name: str, values: list[float], ref_name: str, ref: list[float]) -> list[Row]:
     return [
         Row(f"{name} p50", median(values), "ms", f"{ref_name} p50", median(ref)),
         Row(f"{name} p99", percentile(values, 99), "ms", f"{ref_name} p99", percentile(ref, 99)),
@@ -123,12 +123,12 @@ async def _fake_path(samples: int, work: Path) -> list[Row]:
     finally:
         await sink.close()
         await fake.stop()
-    return _rows(
+    return latency_rows(
         "decision->confirmed, fake slurmrestd (REST)", lat, "bare HTTP GET to the fake", ref
     )
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     import random  # noqa: PLC0415
 
     rng = random.Random()
@@ -146,16 +146,17 @@ def _free_ports(count: int) -> list[int]:
     raise RuntimeError("no free ports")
 
 
-def _start_slurm(work: Path) -> dict[str, str] | None:
+def start_slurm(work: Path, cpus: int = 1, who: str = "delivery_latency") -> dict[str, str] | None:
     """A one-node cluster from scripts/start-slurm.sh, or None (with the reason on stderr)."""
     if os.geteuid() != 0:
-        print("delivery_latency: the real Slurm rows need root; skipped", file=sys.stderr)
+        print(f"{who}: the real Slurm rows need root; skipped", file=sys.stderr)
         return None
     os.chmod(work, 0o755)  # slurmrestd runs as nobody and reads slurm.conf under it
-    ctld, rest, slurmd = _free_ports(3)
+    ctld, rest, slurmd = free_ports(3)
     env = dict(
         os.environ,
         SLURM_CI_NODES="1",
+        SLURM_CI_CPUS=str(cpus),
         SLURM_CI_CTLD_PORT=str(ctld),
         SLURM_CI_REST_PORT=str(rest),
         SLURM_CI_SLURMD_BASE_PORT=str(slurmd),
@@ -169,12 +170,12 @@ def _start_slurm(work: Path) -> dict[str, str] | None:
         timeout=600,
     )
     if started.returncode != 0:
-        print(f"delivery_latency: Slurm did not start:\n{started.stderr}", file=sys.stderr)
+        print(f"{who}: Slurm did not start:\n{started.stderr}", file=sys.stderr)
         return None
     return dict(line.split("=", 1) for line in started.stdout.split())
 
 
-def _stop_slurm(work: Path) -> None:
+def stop_slurm(work: Path) -> None:
     subprocess.run(
         [str(ROOT / "scripts/stop-slurm.sh"), str(work)],
         check=False,
@@ -208,7 +209,7 @@ async def _real_path(values: dict[str, str], work: Path, samples: int) -> list[R
         lat = await _latencies(sink, work / "real.db", "gpu01", samples)
     finally:
         await sink.close()
-    return _rows(
+    return latency_rows(
         "decision->confirmed, real slurmctld 22.05 (scontrol)", lat, "bare scontrol update", ref
     )
 
@@ -219,11 +220,11 @@ def measure(samples: int = 200, real_samples: int = 40) -> list[Row]:
         rows = asyncio.run(_fake_path(samples, Path(tmp)))
     work = Path(tempfile.mkdtemp(prefix="rg-bench-slurm-", dir="/tmp"))
     try:
-        values = _start_slurm(work)
+        values = start_slurm(work)
         if values is not None:
             rows += asyncio.run(_real_path(values, work, real_samples))
     finally:
-        _stop_slurm(work)
+        stop_slurm(work)
     return rows
 
 

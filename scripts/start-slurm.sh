@@ -13,7 +13,7 @@
 #
 # Environment (defaults):
 #   SLURM_CI_INSTALL=1 (run install-slurm.sh when something is missing)
-#   SLURM_CI_NODES=4  SLURM_CI_NODE_PREFIX=gpu
+#   SLURM_CI_NODES=4  SLURM_CI_NODE_PREFIX=gpu  SLURM_CI_CPUS=1 (CPUs per node: jobs at once)
 #   SLURM_CI_CTLD_PORT=6817  SLURM_CI_SLURMD_BASE_PORT=17001  SLURM_CI_REST_PORT=6820
 #   SLURM_CI_TOKEN_LIFESPAN=86400  SLURM_CI_TIMEOUT=60
 #
@@ -29,6 +29,7 @@ SELF=$(cd "$(dirname "$0")" && pwd -P)
 DIR=${1:-/tmp/rackguard-slurm}
 NNODES=${SLURM_CI_NODES:-4}
 PREFIX=${SLURM_CI_NODE_PREFIX:-gpu}
+CPUS=${SLURM_CI_CPUS:-1}
 CTLD_PORT=${SLURM_CI_CTLD_PORT:-6817}
 SLURMD_BASE=${SLURM_CI_SLURMD_BASE_PORT:-17001}
 REST_PORT=${SLURM_CI_REST_PORT:-6820}
@@ -141,9 +142,11 @@ MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
+# The configured CPUs count, whatever the machine has (SLURM_CI_CPUS jobs per node).
+SlurmdParameters=config_overrides
 SlurmdTimeout=300
 SlurmctldTimeout=30
-NodeName=$NODES NodeAddr=127.0.0.1 Port=$PORTS CPUs=1 RealMemory=100 State=UNKNOWN
+NodeName=$NODES NodeAddr=127.0.0.1 Port=$PORTS CPUs=$CPUS RealMemory=100 State=UNKNOWN
 PartitionName=$PREFIX Nodes=$NODES Default=YES MaxTime=INFINITE State=UP
 CONF
 chmod 644 "$CONF"

@@ -43,15 +43,21 @@ class NodeView:
         """Held by someone else or for another reason: rackguard must not touch it."""
         return self.held and not self.ours
 
-    def satisfies(self, action: Action) -> bool:
-        """True when the node already is where ``action`` would put it."""
+    def satisfies(self, action: Action, *, exclude_down: bool = True) -> bool:
+        """True when the node already is where ``action`` would put it.
+
+        ``exclude_down=False``: the sink carries out an exclusion as a drain
+        (Slurm's ``exclude_state = "drain"``), so a drained node satisfies it.
+        """
         if not self.exists:
             return False
         if action is Action.RESUME:
             return not self.held
         if self.foreign or self.unsettled:
             return False
-        return self.drained if action is Action.DRAIN else self.down
+        if action is Action.DRAIN or not exclude_down:
+            return self.drained or (action is Action.EXCLUDE and self.down)
+        return self.down
 
 
 class NodeReadError(Exception):
@@ -83,8 +89,15 @@ def describe(view: NodeView) -> str:
     return f"{state}{reason}{detail}"
 
 
-def intended(decision: Decision) -> str:
+def exclude_down(sink: object) -> bool:
+    """Whether ``sink`` sets an excluded node down (the default) or drains it."""
+    return bool(getattr(sink, "exclude_down", True))
+
+
+def intended(decision: Decision, *, exclude_down: bool = True) -> str:
     """The state a decision asks for, in the words describe() uses."""
+    if decision.action is Action.EXCLUDE and not exclude_down:
+        return "drained"
     return {Action.DRAIN: "drained", Action.EXCLUDE: "down", Action.RESUME: "in service"}[
         decision.action
     ]

@@ -69,6 +69,7 @@ class SlurmSink:
         scontrol: Sequence[str] = ("scontrol",),
         slurm_conf: Path | None = None,
         timeout_s: float = 10.0,
+        exclude_state: Literal["drain", "down"] = "down",
     ) -> None:
         if rest_url is None and write_via == "rest":
             raise ValueError("write_via = 'rest' needs a REST URL")
@@ -84,6 +85,12 @@ class SlurmSink:
         if slurm_conf is not None:
             self._env["SLURM_CONF"] = str(slurm_conf)
         self._timeout_s = timeout_s
+        # "drain": an exclusion drains (running jobs are told and requeued by the
+        # job notices); "down": Slurm kills the node's running jobs at once.
+        self.exclude_down = exclude_state == "down"
+        self._states = dict(SLURM_STATE)
+        if not self.exclude_down:
+            self._states[Action.EXCLUDE] = "DRAIN"
         self._session: aiohttp.ClientSession | None = None
         self._version: str | None = None
         self._rest_writes = False
@@ -264,7 +271,7 @@ class SlurmSink:
             await self._write_scontrol(decision)
 
     async def _write_rest(self, decision: Decision) -> None:
-        state = SLURM_STATE[decision.action]
+        state = self._states[decision.action]
         body: dict[str, Any] = {"state": [state]}
         if decision.action is not Action.RESUME:
             body["reason"] = scheduler_reason(decision)
@@ -291,7 +298,7 @@ class SlurmSink:
         raise http_error(f"{decision.node}: {state} via slurmrestd: HTTP {status}: {text}", status)
 
     async def _write_scontrol(self, decision: Decision) -> None:
-        state = SLURM_STATE[decision.action]
+        state = self._states[decision.action]
         args = ["update", f"nodename={decision.node}", f"state={state.lower()}"]
         if decision.action is not Action.RESUME:
             args.append(f"reason={scheduler_reason(decision)}")

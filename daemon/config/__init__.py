@@ -15,7 +15,7 @@ from typing import Literal
 from daemon.config.cluster import ClusterConfig
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
-from daemon.config.scheduler import SchedulerConfig, WebhookSchedulerConfig
+from daemon.config.scheduler import SchedulerConfig, SlurmSchedulerConfig, WebhookSchedulerConfig
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.snmp import SnmpSourceConfig
 from daemon.config.sources import NvmlSourceConfig
@@ -157,6 +157,16 @@ class Config:
         for name in self.sources:
             if not name.replace("-", "_").isidentifier():
                 yield f"sources.{name}", "source names may hold letters, digits, '-' and '_'"
+        sched = self.scheduler
+        if (
+            isinstance(sched, SlurmSchedulerConfig)
+            and sched.checkpoint_grace_s >= self.policy.lead_time_s
+        ):
+            yield (
+                "scheduler.checkpoint_grace_s",
+                f"must be below policy.lead_time_s ({self.policy.lead_time_s:g}): the jobs "
+                "must be requeued before the forecast trouble arrives",
+            )
 
 
 def parse_config(text: str, *, origin: str = "<config>") -> Config:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,23 @@ def _url_problem(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"must be an http:// or https:// URL, got {url!r}"
+    return None
+
+
+# A notice must leave the job able to checkpoint: never one that ends or stops it.
+_NOT_A_NOTICE = {"KILL", "STOP", "TERM", "INT", "QUIT", "ABRT", "SEGV", "BUS", "FPE", "ILL"}
+
+
+def signal_problem(name: str) -> str | None:
+    """Why ``name`` is not a usable notice signal ("USR1", "URG", ...), or None."""
+    if not name:
+        return None
+    known = {s.name.removeprefix("SIG") for s in signal.Signals if not s.name.startswith("SIG_")}
+    if name not in known:
+        names = ", ".join(sorted(known))
+        return f"must be a signal name without SIG, e.g. 'USR1' (one of: {names}), got {name!r}"
+    if name in _NOT_A_NOTICE:
+        return f"{name!r} ends or stops the job; a notice must let it checkpoint (e.g. 'USR1')"
     return None
 
 
@@ -95,9 +113,36 @@ class SlurmSchedulerConfig(DeliverySettings):
     # SLURM_CONF for scontrol; unset: scontrol's own default.
     slurm_conf: Path | None = None
     timeout_s: float = bounded(10.0, gt=0, le=120)
+    # What an exclusion sets: "drain" (running jobs are told, then requeued after
+    # critical_grace_s) or "down" (Slurm kills the node's running jobs at once).
+    exclude_state: Literal["drain", "down"] = "drain"
+    # Once a drain or exclusion is applied, each job running on the node gets this
+    # signal (a name as `scancel --signal` takes it: "USR1"); "" sends none (jobs
+    # can still read GET /v1/node/notice).
+    notice_signal: str = "USR1"
+    # full: the batch shell, its children and every step (scancel --full);
+    # batch: the batch shell only (--batch); steps: the steps only.
+    notice_scope: Literal["full", "batch", "steps"] = "full"
+    # Seconds between a drain and the requeue of the jobs still running.
+    # 0: policy.lead_time_s less checkpoint_margin_s.
+    checkpoint_grace_s: float = bounded(0.0, ge=0)
+    checkpoint_margin_s: float = bounded(60.0, ge=0)
+    # The same after an exclusion (a critical reading: little time left).
+    critical_grace_s: float = bounded(20.0, ge=0, le=600)
+    # Requeue jobs still running at the deadline (a job submitted with
+    # --no-requeue is left running, and logged). false: tell them only.
+    requeue: bool = True
+    squeue: tuple[str, ...] = ("squeue",)
+    scancel: tuple[str, ...] = ("scancel",)
+
+    def grace_s(self, lead_time_s: float) -> float:
+        """The drain's grace: checkpoint_grace_s, or the lead time less the margin."""
+        if self.checkpoint_grace_s > 0:
+            return self.checkpoint_grace_s
+        return max(lead_time_s - self.checkpoint_margin_s, self.critical_grace_s)
 
     def validate(self) -> Problems:
-        """URL, token file, write path and version spelling."""
+        """URL, token file, write path, version spelling, the notice's signal."""
         if self.rest_url:
             problem = _url_problem(self.rest_url)
             if problem:
@@ -112,8 +157,12 @@ class SlurmSchedulerConfig(DeliverySettings):
             yield "write_via", "'rest' needs rest_url"
         if self.api_version and not re.fullmatch(r"v\d+\.\d+\.\d+", self.api_version):
             yield "api_version", f"must look like 'v0.0.40', got {self.api_version!r}"
-        if not self.scontrol:
-            yield "scontrol", "must name the scontrol command"
+        for key in ("scontrol", "squeue", "scancel"):
+            if not getattr(self, key):
+                yield key, f"must name the {key} command"
+        problem = signal_problem(self.notice_signal)
+        if problem:
+            yield "notice_signal", problem
         yield from self.delivery_problems()
 
 

@@ -34,7 +34,14 @@ import random
 from collections.abc import Awaitable, Callable
 
 from adapters.base import DeliveryError, SchedulerSink
-from adapters.schedulers.base import NodeReadError, NodeView, ReadableSink, describe, intended
+from adapters.schedulers.base import (
+    NodeReadError,
+    NodeView,
+    ReadableSink,
+    describe,
+    exclude_down,
+    intended,
+)
 from daemon.delivery.outbox import DecisionStore, Row, Status
 from daemon.service.backoff import capped_backoff
 from policies.model import Decision
@@ -195,20 +202,22 @@ class Deliverer:
             await sink.deliver(decision)
             return Status.CONFIRMED, "accepted"
         node = decision.node
+        down = exclude_down(sink)
         before = await _read_one(sink, node)
         if before.foreign:
             return Status.SKIPPED, f"left alone: {describe(before)}"
-        if before.satisfies(decision.action):
+        if before.satisfies(decision.action, exclude_down=down):
             return Status.CONFIRMED, f"already {describe(before)}"
         await self._store.mark_sent(row)
         await sink.deliver(decision)
         after = await _read_one(sink, node)
-        if after.satisfies(decision.action):
+        if after.satisfies(decision.action, exclude_down=down):
             return Status.CONFIRMED, f"read back {describe(after)}"
         if after.foreign:
             return Status.SKIPPED, f"taken over meanwhile: {describe(after)}"
+        wanted = intended(decision, exclude_down=down)
         raise DeliveryError(
-            f"{node}: written, but the scheduler shows {describe(after)}, not {intended(decision)}"
+            f"{node}: written, but the scheduler shows {describe(after)}, not {wanted}"
         )
 
 

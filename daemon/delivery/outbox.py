@@ -54,7 +54,7 @@ STALL_S = 5.0  # a write outstanding this long makes the store unhealthy
 READ_TIMEOUT_S = 3.0  # an API read waiting longer (behind a stalled write) gives up
 RETRY_S = 5.0  # how often rows held in memory are offered to a failing disk again
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -216,7 +216,37 @@ _TABLES_V1 = (
 )""",
     "CREATE INDEX IF NOT EXISTS audit_at ON audit (at)",
 )
-_OUR_TABLES = {"decisions", "overrides", "audit"}
+# Version 2: job notices (daemon/delivery/notices.py). One row per notice (a
+# drain or exclusion applied: its deadline and where it stands) and one per job
+# told, so a restart neither signals a job twice nor forgets its requeue.
+_TABLES_V2 = (
+    """CREATE TABLE IF NOT EXISTS notices (
+    key TEXT PRIMARY KEY,
+    node TEXT NOT NULL,
+    action TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    noticed_at REAL NOT NULL,
+    deadline REAL NOT NULL,
+    told_at REAL,
+    closed_at REAL,
+    closed TEXT NOT NULL DEFAULT ''
+)""",
+    "CREATE INDEX IF NOT EXISTS notices_open ON notices (closed_at, node)",
+    """CREATE TABLE IF NOT EXISTS notice_jobs (
+    notice TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    user TEXT NOT NULL DEFAULT '',
+    signal TEXT NOT NULL DEFAULT '',
+    signal_started_at REAL,
+    signaled TEXT NOT NULL DEFAULT '',
+    requeued_at REAL,
+    requeued TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (notice, job_id)
+)""",
+)
+_OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs"}
 
 
 def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
@@ -226,8 +256,16 @@ def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
         db.execute(statement)
 
 
+def _migrate_1_to_2(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _TABLES_V2:
+        db.execute(statement)
+
+
 # MIGRATIONS[v] takes a database at version v to v + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (_migrate_0_to_1,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
+    _migrate_0_to_1,
+    _migrate_1_to_2,
+)
 
 _COLUMNS = (
     "seq, key, base_key, node, action, body, origin, status, attempts, sent,"

@@ -23,7 +23,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from adapters.schedulers.base import NodeReadError, ReadableSink, describe, intended
+from adapters.schedulers.base import (
+    NodeReadError,
+    ReadableSink,
+    describe,
+    exclude_down,
+    intended,
+)
 from daemon.delivery.outbox import DecisionStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,7 @@ class Reconciler:
         views = await self._sink.read_state(to_read) if to_read else {}
         self.rounds += 1
         findings = []
+        down = exclude_down(self._sink)
         for node, intent in intents.items():
             if node in busy:
                 findings.append(NodeFinding(node, Finding.BUSY))
@@ -87,10 +94,11 @@ class Reconciler:
                 f = NodeFinding(node, Finding.UNKNOWN_NODE, "unknown to the scheduler")
             elif view.foreign:
                 f = NodeFinding(node, Finding.FOREIGN, f"left alone: {describe(view)}")
-            elif view.satisfies(intent.action):
+            elif view.satisfies(intent.action, exclude_down=down):
                 f = NodeFinding(node, Finding.IN_SYNC, describe(view))
             else:
-                note = f"intended {intended(intent)} but the scheduler shows {describe(view)}"
+                wanted = intended(intent, exclude_down=down)
+                note = f"intended {wanted} but the scheduler shows {describe(view)}"
                 key = self._outbox.enqueue_repair(intent, note)
                 if key is None:  # a newer decision arrived meanwhile
                     f = NodeFinding(node, Finding.BUSY)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from adapters.base import SchedulerSink
+from adapters.schedulers.jobs import JobControl
 from adapters.schedulers.kubernetes import KubernetesSink, connection
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm_jobs import SlurmJobs
 from adapters.schedulers.webhook import WebhookSink
 from daemon.config.scheduler import (
     KubernetesSchedulerConfig,
@@ -13,6 +15,7 @@ from daemon.config.scheduler import (
     SlurmSchedulerConfig,
 )
 from daemon.config.secrets import read_secret, resolve_secret
+from daemon.delivery.notices import NoticeSettings
 
 
 def build_sink(cfg: SchedulerConfig) -> SchedulerSink:
@@ -36,6 +39,7 @@ def build_sink(cfg: SchedulerConfig) -> SchedulerSink:
             scontrol=cfg.scontrol,
             slurm_conf=cfg.slurm_conf,
             timeout_s=cfg.timeout_s,
+            exclude_state=cfg.exclude_state,
         )
     if isinstance(cfg, KubernetesSchedulerConfig):
         conn = connection(
@@ -53,3 +57,28 @@ def build_sink(cfg: SchedulerConfig) -> SchedulerSink:
             timeout_s=cfg.timeout_s,
         )
     return WebhookSink(cfg.url, read_secret(cfg.secret_file), timeout_s=cfg.timeout_s)
+
+
+def build_job_notices(
+    cfg: SchedulerConfig | None, lead_time_s: float
+) -> tuple[JobControl, NoticeSettings] | None:
+    """What tells a node's running jobs of a drain, and how; None where the scheduler has none."""
+    if not isinstance(cfg, SlurmSchedulerConfig):
+        return None
+    jobs = SlurmJobs(
+        squeue=cfg.squeue,
+        scancel=cfg.scancel,
+        scontrol=cfg.scontrol,
+        scope=cfg.notice_scope,
+        slurm_conf=cfg.slurm_conf,
+        timeout_s=cfg.timeout_s,
+    )
+    settings = NoticeSettings(
+        signal=cfg.notice_signal,
+        checkpoint_grace_s=cfg.grace_s(lead_time_s),
+        critical_grace_s=cfg.critical_grace_s,
+        requeue=cfg.requeue,
+        retry_initial_s=cfg.retry_initial_s,
+        retry_max_s=cfg.retry_max_s,
+    )
+    return jobs, settings

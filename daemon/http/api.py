@@ -27,6 +27,7 @@ from daemon.delivery.overrides import OverrideError, OverrideRequest
 from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError
 from daemon.http.events import Event, EventHub
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from daemon.http.notice import NoticeView, add_notice_routes
 from daemon.http.openapi import OPENAPI
 from daemon.http.page import add_page_routes
 from policies.model import Quality, Reading
@@ -59,6 +60,8 @@ class ApiContext:
     token: bytes | None
     reads_need_token: bool
     max_event_streams: int
+    # This node's name and its job notices (None where the scheduler has none).
+    notices: Callable[[], tuple[str, NoticeView | None]] = lambda: ("", None)
 
 
 class _Streams:
@@ -463,4 +466,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.router.add_get("/v1/overrides", get_overrides)
     app.router.add_post("/v1/overrides", post_overrides)
     add_page_routes(app)
+    add_notice_routes(app, lambda: ctx.notices())  # noqa: PLW0108 (ctx may be uninitialised here)
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.http.notice import NOTICE_PATHS, NOTICE_SCHEMAS
 from policies.codec import schema_components
 from policies.model import Assessment, Decision
 
@@ -248,7 +249,7 @@ OPENAPI: dict[str, Any] = {
         "description": "Per-node thermal and power guard for GPU clusters.",
     },
     "components": {
-        "schemas": SCHEMAS,
+        "schemas": SCHEMAS | NOTICE_SCHEMAS,
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     },
     "paths": {
@@ -323,7 +324,7 @@ OPENAPI: dict[str, Any] = {
         },
         "/v1/events": {
             "get": {
-                "summary": "Server-Sent Events: assessment, decision, delivery, override",
+                "summary": "Server-Sent Events: assessment, decision, delivery, override, notice",
                 "parameters": [{"name": "Last-Event-ID", "in": "header", "schema": _STR}],
                 "responses": {
                     "200": {"description": "event stream", "content": {"text/event-stream": {}}},
@@ -352,5 +353,6 @@ OPENAPI: dict[str, Any] = {
                 },
             },
         },
+        **NOTICE_PATHS,
     },
 }

@@ -30,10 +30,11 @@ from daemon.config import Config, read_secret
 from daemon.config.policy import policy_settings
 from daemon.config.sources import SourceTiming
 from daemon.delivery.deliverer import Deliverer
+from daemon.delivery.notices import JobNotices
 from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
-from daemon.delivery.sinks import build_sink
+from daemon.delivery.sinks import build_job_notices, build_sink
 from daemon.http.api import ApiContext, make_app
 from daemon.http.events import EventHub
 from daemon.http.metrics import Metrics
@@ -123,6 +124,8 @@ class Daemon:
             retry_max_s=sched.retry_max_s if sched else 60.0,
             rng=self._rng,
         )
+        notices = build_job_notices(sched, config.policy.lead_time_s)
+        self.notices = JobNotices(self.decisions, *notices) if notices else None
         self.reconciler: Reconciler | None = None
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
             self.reconciler = Reconciler(
@@ -140,6 +143,8 @@ class Daemon:
         self.restore_from_outbox(only_out_of_service=True)
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
+        if self.notices is not None:
+            self.notices.on_change = lambda n: self.events.publish("notice", n.to_dict())
         self.overrides = OverrideStore(self.decisions)
         self.engine.overrides = self.overrides.to_policy()
         self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
@@ -217,6 +222,8 @@ class Daemon:
         self.events.publish("decision", decision_to_dict(decision))
 
     def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
+        if self.notices is not None:
+            self.notices.settled(decision, status, outcome)  # may open a job notice
         self.events.publish(
             "delivery",
             {
@@ -276,6 +283,7 @@ class Daemon:
             token=self.api_token,
             reads_need_token=api.reads_need_token,
             max_event_streams=api.max_event_streams,
+            notices=lambda: (self.config.node.name, self.notices),
         )
 
     async def run(self, *, handle_signals: bool = True) -> None:
@@ -326,6 +334,8 @@ class Daemon:
                         tg.create_task(self.reconciler.run(), name="reconcile")
                     tg.create_task(self.status.mark_ready(lambda: self.runners), name="ready")
                     tg.create_task(self.status.report(), name="status")
+                    if self.notices is not None:
+                        tg.create_task(self.notices.run(), name="job-notices")
                     tg.create_task(self._publish_assessments(), name="assessments")
                     if self.notifier.watchdog_s:
                         tg.create_task(

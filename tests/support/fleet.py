@@ -249,6 +249,10 @@ retry_initial_s = 0.1
 retry_max_s = 0.5
 reconcile_interval_s = 0
 outbox_path = "{self.tmp / f"outbox-{a.node}.sqlite3"}"
+# The fleet reads exclusions as DOWN; the fake slurmrestd runs no jobs to tell.
+exclude_state = "down"
+notice_signal = ""
+requeue = false
 [cluster]
 view_interval_s = {self.view_interval_s}
 etcd = [{etcd}]

@@ -10,13 +10,7 @@ scripts, on free ports, and stopped at the end.
 from __future__ import annotations
 
 import asyncio
-import os
-import random
-import socket
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,123 +19,13 @@ from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from daemon.delivery.outbox import Status
 from daemon.delivery.reconcile import Finding, Reconciler
-from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from policies.model import REASON_PREFIX, Action
 from tests.support.delivery import StoreAndDeliverer as Outbox
-from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
+from tests.support.slurm import NODES, Cluster, decision, deliver_all
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
-
-
-NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """What start-slurm.sh printed."""
-
-    dir: Path
-    conf: Path
-    rest_url: str
-    token_file: Path
-    env: dict[str, str]
-
-    def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run scontrol against this cluster, as an administrator at the console would."""
-        return subprocess.run(
-            ["scontrol", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=30,
-        )
-
-    def show(self, node: str) -> str:
-        """``scontrol show node`` as one line."""
-        return self.scontrol("-o", "show", "node", node).stdout
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ports(count: int) -> list[int]:
-    """``count`` consecutive free TCP ports (slurmd ports must be consecutive)."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 40000)
-        ports = list(range(base, base + count))
-        if all(_free(p) for p in ports):
-            return ports
-    raise RuntimeError("no free port range")
-
-
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    """Install (if needed) and start Slurm for this session; stop it afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("the real-Slurm tests run as root (munged, slurmctld, slurmd); CI does")
-    install = subprocess.run(
-        [str(ROOT / "scripts/install-slurm.sh")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert install.returncode == 0, install.stderr
-    # Under /tmp: every parent must be traversable by nobody (slurmrestd).
-    work = Path(tempfile.mkdtemp(prefix="rg-slurm-", dir="/tmp"))
-    work.chmod(0o755)
-    ctld, rest, *slurmd = _ports(2 + len(NODES))
-    env = dict(
-        os.environ,
-        SLURM_CI_NODES=str(len(NODES)),
-        SLURM_CI_CTLD_PORT=str(ctld),
-        SLURM_CI_REST_PORT=str(rest),
-        SLURM_CI_SLURMD_BASE_PORT=str(slurmd[0]),
-    )
-    started = subprocess.run(
-        [str(ROOT / "scripts/start-slurm.sh"), str(work)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    try:
-        assert started.returncode == 0, started.stderr
-        values = dict(line.split("=", 1) for line in started.stdout.split())
-        conf = Path(values["SLURM_CONF"])
-        yield Cluster(
-            work,
-            conf,
-            values["SLURM_REST_URL"],
-            Path(values["SLURM_JWT_FILE"]),
-            dict(os.environ, SLURM_CONF=str(conf)),
-        )
-    finally:
-        subprocess.run(
-            [str(ROOT / "scripts/stop-slurm.sh"), str(work)],
-            check=False,
-            env=dict(os.environ, SLURM_CI_PURGE="1"),
-            capture_output=True,
-            timeout=120,
-        )
-
-
-@pytest.fixture
-def clean(cluster: Cluster) -> Iterator[Cluster]:
-    """Every node back in service after each test."""
-    yield cluster
-    for node in NODES:
-        cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
 
 
 @pytest.fixture
@@ -158,28 +42,6 @@ def outbox(tmp_path: Path, sink: SlurmSink) -> Iterator[Outbox]:
     box = Outbox(tmp_path / "outbox.sqlite3", sink, retry_initial_s=0.05, retry_max_s=0.2)
     yield box
     box.close()
-
-
-def decision(node: str, action: Action, epoch: int = 1) -> Decision:
-    return Decision(
-        node,
-        action,
-        f"{REASON_PREFIX} real slurm {action} #{epoch}",
-        FaultDomain.GPU,
-        float(epoch),
-        idempotency_key(node, action, epoch),
-    )
-
-
-async def deliver_all(outbox: Outbox, *decisions: Decision) -> None:
-    task = asyncio.create_task(outbox.run())
-    try:
-        for d in decisions:
-            outbox.submit(d)
-        await wait_until(lambda: not outbox.pending(), timeout=60)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_rest_reads_nodes_and_writes_fall_back_to_scontrol(sink: SlurmSink) -> None:

@@ -12,7 +12,7 @@ import pytest
 from daemon.cli import main
 from daemon.config import ConfigError, load_config, parse_config
 from daemon.config.policy import PolicyConfig
-from daemon.config.scheduler import WebhookSchedulerConfig
+from daemon.config.scheduler import SlurmSchedulerConfig, WebhookSchedulerConfig
 from daemon.config.sources import NvmlSourceConfig
 from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
@@ -221,3 +221,58 @@ def test_per_rack_limits_are_validated_with_key_paths() -> None:
 def test_every_policy_setting_carries_its_own_doc() -> None:
     for f in dataclasses.fields(PolicyConfig):
         assert f.metadata.get("doc"), f"policy setting {f.name} has no doc in its definition"
+
+
+def slurm_example() -> str:
+    """The example's commented-out Slurm [scheduler] table, switched on, after MINIMAL."""
+    lines = EXAMPLE.read_text().splitlines()
+    start = next(
+        i
+        for i, line in enumerate(lines[:-1])
+        if line == "# [scheduler]" and "slurm" in lines[i + 1]
+    )
+    end = lines.index("", start)
+    # "# key = v" becomes "key = v"; "# # note" stays a comment.
+    block = [line.removeprefix("# ") for line in lines[start:end]]
+    return MINIMAL + "\n".join(block) + "\n"
+
+
+def test_the_example_slurm_block_loads_with_the_defaults() -> None:
+    cfg = parse_config(slurm_example())
+    assert isinstance(cfg.scheduler, SlurmSchedulerConfig)
+    defaults = SlurmSchedulerConfig(type="slurm")
+    for key in ("exclude_state", "notice_signal", "notice_scope", "checkpoint_grace_s"):
+        assert getattr(cfg.scheduler, key) == getattr(defaults, key), key
+    for key in ("checkpoint_margin_s", "critical_grace_s", "requeue", "squeue", "scancel"):
+        assert getattr(cfg.scheduler, key) == getattr(defaults, key), key
+    assert cfg.scheduler.grace_s(cfg.policy.lead_time_s) == 540.0
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('notice_signal = "KILL"', "scheduler.notice_signal: 'KILL' ends or stops the job"),
+        ('notice_signal = "SIGUSR1"', "scheduler.notice_signal: must be a signal name without SIG"),
+        ('notice_signal = "USR3"', "scheduler.notice_signal: must be a signal name"),
+        ('exclude_state = "off"', "scheduler.exclude_state"),
+        ("critical_grace_s = -1", "scheduler.critical_grace_s: must be at least 0"),
+        (
+            "checkpoint_grace_s = 600",
+            "scheduler.checkpoint_grace_s: must be below policy.lead_time_s",
+        ),
+        ("squeue = []", "scheduler.squeue: must name the squeue command"),
+    ],
+)
+def test_check_config_refuses_bad_notice_keys(
+    tmp_path: Path, line: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = slurm_example()
+    key = line.split(" = ", maxsplit=1)[0]
+    text = "\n".join(f"{line}" if x.startswith(f"{key} = ") else x for x in text.splitlines())
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert main(["check-config", str(path)]) == 2
+    assert problem in capsys.readouterr().err

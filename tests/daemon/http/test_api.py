@@ -11,32 +11,17 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
 from daemon.http.api import make_app
 from daemon.http.openapi import OPENAPI
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.daemon_harness import running_daemon
+from tests.support.openapi import check
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
 TOKEN = "op-token-123"
-
-
-def validator(schema_name: str) -> Draft202012Validator:
-    """A validator for one component schema, resolving $refs inside the OpenAPI document."""
-    resource: Resource[Any] = DRAFT202012.create_resource(OPENAPI)
-    registry: Registry[Any] = Registry().with_resource("urn:rackguard:openapi", resource)
-    schema = {"$ref": f"urn:rackguard:openapi#/components/schemas/{schema_name}"}
-    return Draft202012Validator(schema, registry=registry)
-
-
-def check(schema_name: str, body: Any) -> None:
-    errors = sorted(validator(schema_name).iter_errors(body), key=str)
-    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors[:5]]
 
 
 @pytest.fixture

@@ -1,0 +1,406 @@
+"""Job notices: once a drain or exclusion is applied, tell the node's running jobs, then requeue.
+
+A drain only stops new work. The lead time is only worth something if the job
+already on the node hears of it: so, when the deliverer confirms a drain or an
+exclusion (read back from the scheduler), a *notice* opens with a deadline
+("checkpoint by T": ``checkpoint_grace_s`` after a drain, ``critical_grace_s``
+after an exclusion), and
+
+1. every job running on the node is sent the configured signal, once per job
+   per notice;
+2. at the deadline, every job still running is requeued where the scheduler
+   allows it; one that cannot be requeued is left running, and logged;
+3. a resume confirmed before the deadline closes the notice: nothing is requeued.
+
+Each step is written to the decision store's database (tables ``notices`` and
+``notice_jobs``) before it is taken: a job's row is written before its signal
+is sent, so after a restart or ``kill -9`` a job is never signalled twice (one
+whose signal was in flight at the crash is logged, not signalled again), and an
+open notice is resumed, its requeue still due. A notice that cannot be written
+(disk full) waits: no signal is sent that could be repeated.
+
+A new drain or exclusion for a node with an open notice keeps that notice (a
+repair by the reconciler, a restart) — an exclusion only brings its deadline
+forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from adapters.schedulers.jobs import JobControl, JobControlError, Outcome
+from daemon.delivery.deliverer import Sleep, wait_or_wake
+from daemon.delivery.outbox import DecisionStore, Status, StorageError
+from daemon.service.backoff import capped_backoff
+from policies.model import Action, Decision
+
+log = logging.getLogger(__name__)
+
+KEEP_CLOSED = 200  # closed notices kept in memory (and on disk) for the API
+STORAGE_RETRY_S = 5.0  # a notice the disk refused is offered again this often
+IN_FLIGHT = "unknown: the daemon stopped while signalling; not signalled again"
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeSettings:
+    """How jobs are told and how long they get."""
+
+    signal: str = "USR1"  # "" : no signal (the notice endpoint only)
+    checkpoint_grace_s: float = 540.0  # after a drain
+    critical_grace_s: float = 20.0  # after an exclusion
+    requeue: bool = True
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 30.0
+
+
+@dataclass(slots=True)
+class JobNote:
+    """One job on a notice: whether and how it was told, whether it was requeued."""
+
+    job_id: str
+    name: str = ""
+    user: str = ""
+    signal: str = ""
+    signal_started_at: float | None = None
+    signaled: str = ""  # the outcome ("done", "gone", "refused: ...") once known
+    requeued_at: float | None = None
+    requeued: str = ""
+
+    @property
+    def requeue(self) -> tuple[float | None, str]:
+        """requeued_at, requeued."""
+        return self.requeued_at, self.requeued
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API's shape."""
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "user": self.user,
+            "signal": self.signal,
+            "signaled_at": self.signal_started_at,
+            "signaled": self.signaled,
+            "requeued_at": self.requeued_at,
+            "requeued": self.requeued,
+        }
+
+
+@dataclass(slots=True)
+class Notice:
+    """A drain or exclusion's notice to the jobs of one node."""
+
+    key: str  # the decision's key
+    node: str
+    action: Action
+    reason: str
+    domain: str
+    noticed_at: float
+    deadline: float  # "checkpoint by"
+    told_at: float | None = None  # every job running at the notice was signalled
+    closed_at: float | None = None
+    closed: str = ""  # why it closed: "requeued", "resumed before the deadline"
+    jobs: dict[str, JobNote] = field(default_factory=dict)
+    retry_at: float = 0.0  # wall clock: after a failed step, not before
+    failures: int = 0
+
+    @property
+    def ends(self) -> tuple[float | None, float | None, str]:
+        """told_at, closed_at, closed: the columns that change."""
+        return self.told_at, self.closed_at, self.closed
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API's shape."""
+        return {
+            "key": self.key,
+            "node": self.node,
+            "action": self.action.value,
+            "reason": self.reason,
+            "domain": self.domain,
+            "noticed_at": self.noticed_at,
+            "checkpoint_by": self.deadline,
+            "told_at": self.told_at,
+            "closed_at": self.closed_at,
+            "closed": self.closed,
+            "jobs": [j.to_dict() for j in self.jobs.values()],
+        }
+
+
+_NOTICE_COLS = "key, node, action, reason, domain, noticed_at, deadline, told_at, closed_at, closed"
+_JOB_COLS = "notice, job_id, name, user, signal, signal_started_at, signaled, requeued_at, requeued"
+
+
+def _put_notice(db: sqlite3.Connection, n: Notice) -> None:
+    db.execute(
+        f"INSERT INTO notices ({_NOTICE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT(key) DO UPDATE SET deadline = excluded.deadline, told_at = excluded.told_at,"
+        " closed_at = excluded.closed_at, closed = excluded.closed",
+        (n.key, n.node, n.action.value, n.reason, n.domain, n.noticed_at, n.deadline, *n.ends),
+    )
+
+
+def _put_job(db: sqlite3.Connection, key: str, j: JobNote) -> None:
+    db.execute(
+        f"INSERT INTO notice_jobs ({_JOB_COLS}) VALUES (?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT(notice, job_id) DO UPDATE SET signal = excluded.signal,"
+        " signal_started_at = excluded.signal_started_at, signaled = excluded.signaled,"
+        " requeued_at = excluded.requeued_at, requeued = excluded.requeued",
+        (key, j.job_id, j.name, j.user, j.signal, j.signal_started_at, j.signaled, *j.requeue),
+    )
+
+
+def _load(db: sqlite3.Connection) -> list[Notice]:
+    notices: dict[str, Notice] = {}
+    rows = db.execute(
+        f"SELECT {_NOTICE_COLS} FROM notices WHERE closed_at IS NULL OR key IN "
+        "(SELECT key FROM notices WHERE closed_at IS NOT NULL ORDER BY noticed_at DESC LIMIT ?)"
+        " ORDER BY noticed_at",
+        (KEEP_CLOSED,),
+    )
+    for key, node, action, reason, domain, at, deadline, told, closed_at, closed in rows:
+        notices[key] = Notice(
+            key, node, Action(action), reason, domain, at, deadline, told, closed_at, closed
+        )
+    for row in db.execute(f"SELECT {_JOB_COLS} FROM notice_jobs"):
+        notice = notices.get(row[0])
+        if notice is not None:
+            notice.jobs[row[1]] = JobNote(*row[1:])
+    return list(notices.values())
+
+
+def _prune(db: sqlite3.Connection) -> None:
+    old = (
+        "SELECT key FROM notices WHERE closed_at IS NOT NULL "
+        "ORDER BY noticed_at DESC LIMIT -1 OFFSET ?"
+    )
+    db.execute(f"DELETE FROM notice_jobs WHERE notice IN ({old})", (KEEP_CLOSED,))
+    db.execute(f"DELETE FROM notices WHERE key IN ({old})", (KEEP_CLOSED,))
+
+
+class JobNotices:
+    """Opens a notice per applied drain/exclusion and carries it to its end; one task."""
+
+    def __init__(
+        self,
+        store: DecisionStore,
+        jobs: JobControl,
+        settings: NoticeSettings,
+        *,
+        wall: Callable[[], float] = time.time,
+        sleep: Sleep = wait_or_wake,
+    ) -> None:
+        self._store = store
+        self._jobs = jobs
+        self.settings = settings
+        self._wall = wall
+        self._sleep = sleep
+        self._notices: dict[str, Notice] = {}
+        self._inbox: list[Decision] = []  # settled decisions not yet looked at
+        self._wake = asyncio.Event()
+        self.loaded = asyncio.Event()
+        self.signals_sent = 0  # signals sent by this process (tests, metrics)
+        # Called after a notice opens, changes (a job told or requeued) or closes.
+        self.on_change: Callable[[Notice], object] | None = None
+
+    # ------------------------------------------------------------------ input
+
+    def settled(self, decision: Decision, status: Status, outcome: str) -> None:
+        """The deliverer's on_settled: a confirmed decision may open or close a notice."""
+        if status is Status.CONFIRMED:
+            self._inbox.append(decision)
+            self._wake.set()
+
+    # ------------------------------------------------------------------ output
+
+    def current(self, node: str) -> Notice | None:
+        """The open notice of ``node``, if any."""
+        for n in reversed(self._notices.values()):
+            if n.node == node and n.open:
+                return n
+        return None
+
+    def all(self) -> list[Notice]:
+        """Every notice kept, newest first."""
+        return sorted(self._notices.values(), key=lambda n: n.noticed_at, reverse=True)
+
+    # ------------------------------------------------------------------ the task
+
+    async def run(self) -> None:
+        """Until cancelled: load open notices, then carry each to its end."""
+        for n in await self._load():
+            self._notices[n.key] = n
+            for job in n.jobs.values():
+                if job.signal_started_at is not None and not job.signaled:
+                    job.signaled = IN_FLIGHT
+                    log.warning("%s: job %s: %s", n.node, job.job_id, IN_FLIGHT)
+        if any(n.open for n in self._notices.values()):
+            log.info(
+                "job notices: %d open notice(s) carried over",
+                sum(1 for n in self._notices.values() if n.open),
+            )
+        self.loaded.set()
+        while True:
+            await self._take_inbox()
+            now = self._wall()
+            due = math.inf
+            for n in [n for n in self._notices.values() if n.open]:
+                if n.retry_at <= now:
+                    await self._advance(n)
+                if n.open:
+                    due = min(due, n.retry_at if n.retry_at > now else n.deadline)
+            if self._inbox:
+                continue
+            self._wake.clear()
+            delay = max(0.0, due - self._wall()) if due != math.inf else 3600.0
+            await self._sleep(delay, self._wake)
+
+    async def _load(self) -> list[Notice]:
+        # A disk stalled at start delays the notices; it never ends the daemon.
+        failures = 0
+        while True:
+            try:
+                return await self._store.query(_load)
+            except StorageError as err:
+                failures += 1
+                level = logging.ERROR if failures == 1 else logging.DEBUG
+                log.log(level, "job notices: cannot read the open notices, retrying: %s", err)
+                await self._sleep(STORAGE_RETRY_S, asyncio.Event())
+
+    async def _take_inbox(self) -> None:
+        failures = 0
+        while self._inbox:
+            decision = self._inbox[0]
+            try:
+                await self._on_confirmed(decision)
+            except StorageError as err:
+                failures += 1
+                level = logging.ERROR if failures == 1 else logging.DEBUG
+                log.log(level, "%s: notice not recorded, retrying: %s", decision.node, err)
+                self._wake.clear()
+                await self._sleep(min(self.settings.retry_max_s, STORAGE_RETRY_S), self._wake)
+                continue
+            self._inbox.pop(0)
+
+    async def _on_confirmed(self, d: Decision) -> None:
+        now = self._wall()
+        current = self.current(d.node)
+        if d.action is Action.RESUME:
+            if current is not None:
+                await self._close(current, "resumed before the deadline")
+                log.info("%s: resumed before the deadline; no job requeued", d.node)
+            return
+        grace = (
+            self.settings.critical_grace_s
+            if d.action is Action.EXCLUDE
+            else self.settings.checkpoint_grace_s
+        )
+        deadline = now + grace
+        if current is not None:
+            if deadline < current.deadline:
+                current.deadline = deadline
+                await self._save(current, partial(_put_notice, n=current))
+                log.info("%s: %s brings the jobs' deadline forward", d.node, d.action)
+            return
+        notice = Notice(d.key, d.node, d.action, d.reason, d.domain.value, now, deadline)
+        await self._save(notice, partial(_put_notice, n=notice))
+        self._notices[notice.key] = notice
+        log.info("%s: %s applied; running jobs to checkpoint within %.0fs", d.node, d.action, grace)
+
+    async def _advance(self, n: Notice) -> None:
+        try:
+            if n.told_at is None:
+                await self._tell(n)
+            if self._wall() >= n.deadline:
+                await self._requeue(n)
+        except (JobControlError, StorageError) as err:
+            n.failures += 1
+            delay = capped_backoff(
+                self.settings.retry_initial_s, self.settings.retry_max_s, n.failures
+            )
+            n.retry_at = self._wall() + delay
+            level = logging.WARNING if n.failures == 1 else logging.DEBUG
+            log.log(level, "%s: job notice: %s; retry in %.0fs", n.node, err, delay)
+            return
+        if n.failures:
+            log.info("%s: job notice: %s reachable again", n.node, self._jobs.name)
+        n.failures = 0
+        n.retry_at = 0.0
+
+    async def _tell(self, n: Notice) -> None:
+        if self.settings.signal:
+            for job in await self._jobs.running(n.node):
+                if job.job_id in n.jobs:
+                    continue
+                note = JobNote(job.job_id, job.name, job.user, self.settings.signal)
+                note.signal_started_at = self._wall()
+                # Durable before the signal: a restart never sends it twice.
+                await self._save(n, partial(_put_job, key=n.key, j=note))
+                n.jobs[job.job_id] = note
+                outcome, said = await self._jobs.notify(job, self.settings.signal)
+                self.signals_sent += outcome is Outcome.DONE
+                note.signaled = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
+                await self._save(n, partial(_put_job, key=n.key, j=note))
+                log.info(
+                    "%s: job %s (%s) sent SIG%s: %s; checkpoint by %s",
+                    n.node,
+                    job.job_id,
+                    job.user,
+                    self.settings.signal,
+                    note.signaled,
+                    time.strftime("%H:%M:%SZ", time.gmtime(n.deadline)),
+                )
+        n.told_at = self._wall()
+        await self._save(n, partial(_put_notice, n=n))
+
+    async def _requeue(self, n: Notice) -> None:
+        if self.settings.requeue:
+            for job in await self._jobs.running(n.node):
+                note = n.jobs.get(job.job_id) or JobNote(job.job_id, job.name, job.user)
+                n.jobs[job.job_id] = note
+                outcome, said = await self._jobs.requeue(job)
+                note.requeued_at = self._wall()
+                note.requeued = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
+                await self._save(n, partial(_put_job, key=n.key, j=note))
+                if outcome is Outcome.REFUSED:
+                    log.warning(
+                        "%s: job %s (%s) cannot be requeued, left running: %s",
+                        n.node,
+                        job.job_id,
+                        job.user,
+                        said,
+                    )
+                else:
+                    log.info("%s: job %s (%s) requeued: %s", n.node, job.job_id, job.user, said)
+        await self._close(n, "requeued" if self.settings.requeue else "deadline passed")
+
+    async def _save(self, n: Notice, fn: Callable[[sqlite3.Connection], None]) -> None:
+        await self._store.write(fn)
+        if self.on_change is not None:
+            self.on_change(n)
+
+    async def _close(self, n: Notice, why: str) -> None:
+        n.closed_at, n.closed = self._wall(), why
+
+        def write(db: sqlite3.Connection) -> None:
+            _put_notice(db, n)
+            _prune(db)
+
+        try:
+            await self._save(n, write)
+        except StorageError:
+            n.closed_at, n.closed = None, ""  # still open: the step is taken again
+            raise
+        closed = [k for k, v in self._notices.items() if not v.open]
+        for key in closed[:-KEEP_CLOSED]:
+            del self._notices[key]

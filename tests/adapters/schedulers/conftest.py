@@ -1,0 +1,75 @@
+"""Fixtures of the real-Slurm tests (marked ``slurm``): one cluster per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ROOT
+from tests.support.slurm import NODES, Cluster, free_ports
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """Install (if needed) and start Slurm for this session; stop it afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("the real-Slurm tests run as root (munged, slurmctld, slurmd); CI does")
+    install = subprocess.run(
+        [str(ROOT / "scripts/install-slurm.sh")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stderr
+    # Under /tmp: every parent must be traversable by nobody (slurmrestd).
+    work = Path(tempfile.mkdtemp(prefix="rg-slurm-", dir="/tmp"))
+    work.chmod(0o755)
+    ctld, rest, *slurmd = free_ports(2 + len(NODES))
+    env = dict(
+        os.environ,
+        SLURM_CI_NODES=str(len(NODES)),
+        SLURM_CI_CTLD_PORT=str(ctld),
+        SLURM_CI_REST_PORT=str(rest),
+        SLURM_CI_SLURMD_BASE_PORT=str(slurmd[0]),
+    )
+    started = subprocess.run(
+        [str(ROOT / "scripts/start-slurm.sh"), str(work)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    try:
+        assert started.returncode == 0, started.stderr
+        values = dict(line.split("=", 1) for line in started.stdout.split())
+        conf = Path(values["SLURM_CONF"])
+        yield Cluster(
+            work,
+            conf,
+            values["SLURM_REST_URL"],
+            Path(values["SLURM_JWT_FILE"]),
+            dict(os.environ, SLURM_CONF=str(conf)),
+        )
+    finally:
+        subprocess.run(
+            [str(ROOT / "scripts/stop-slurm.sh"), str(work)],
+            check=False,
+            env=dict(os.environ, SLURM_CI_PURGE="1"),
+            capture_output=True,
+            timeout=120,
+        )
+
+
+@pytest.fixture
+def clean(cluster: Cluster) -> Iterator[Cluster]:
+    """Every node back in service after each test."""
+    yield cluster
+    for node in NODES:
+        cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
