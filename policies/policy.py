@@ -820,8 +820,10 @@ def _supply_limit(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
 
 def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
     """The heating rate (C/s) when both confirm windows exceed the step rate at flat power."""
+    if not t.power_steady():
+        return None
     rates = t.heating_rate(now)
-    if rates is None or not t.power_steady():
+    if rates is None:
         return None
     newer, older = rates
     fastest = s.max_gpu_rate_c_per_min / 60.0

@@ -73,12 +73,13 @@ def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
         k = len(pts) / _MAX_SLOPE_POINTS
         groups = [pts[round(i * k) : round((i + 1) * k)] for i in range(_MAX_SLOPE_POINTS)]
         pts = [(sum(t for t, _ in g) / len(g), sum(v for _, v in g) / len(g)) for g in groups if g]
-    slopes = sorted(
-        (pts[j][1] - pts[i][1]) / (pts[j][0] - pts[i][0])
-        for i in range(len(pts) - 1)
-        for j in range(i + 1, len(pts))
-        if pts[j][0] > pts[i][0]
-    )
+    slopes = [
+        (v1 - v0) / (t1 - t0)
+        for i, (t0, v0) in enumerate(pts)
+        for t1, v1 in pts[i + 1 :]
+        if t1 > t0
+    ]
+    slopes.sort()
     if not slopes:
         return None
     mid = len(slopes) // 2
@@ -109,6 +110,47 @@ class LossRun:
             and self.last is not None
             and self.last - self.since >= confirm_s - 1e-6
         )
+
+
+class RecentSamples:
+    """The (t, value) samples of the last ``keep_s`` seconds, and their range in O(1).
+
+    Times must increase (a sample at or before the newest is ignored). The range comes
+    from sliding-window maximum and minimum deques: asked at every temperature sample,
+    scanning two minutes of power samples each time dominated a replay.
+    """
+
+    __slots__ = ("_highs", "_lows", "samples")
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, float]] = deque()
+        # Candidates for the window's max (values decreasing) and min (increasing).
+        self._highs: deque[tuple[float, float]] = deque()
+        self._lows: deque[tuple[float, float]] = deque()
+
+    def add(self, t: float, value: float, keep_s: float) -> None:
+        """One sample; those older than ``keep_s`` before it are dropped."""
+        samples, highs, lows = self.samples, self._highs, self._lows
+        if samples and t <= samples[-1][0]:
+            return
+        sample = (t, value)
+        samples.append(sample)
+        while highs and highs[-1][1] <= value:
+            highs.pop()
+        highs.append(sample)
+        while lows and lows[-1][1] >= value:
+            lows.pop()
+        lows.append(sample)
+        cutoff = t - keep_s
+        for q in (samples, highs, lows):
+            while q[0][0] < cutoff:
+                q.popleft()
+
+    def spread(self) -> float:
+        """The highest minus the lowest value kept (0.0 when none)."""
+        if not self.samples:
+            return 0.0
+        return self._highs[0][1] - self._lows[0][1]
 
 
 class GpuTracker:
@@ -147,8 +189,8 @@ class GpuTracker:
         self.step_times: deque[float] = deque(maxlen=16)  # recent load steps (bucket times)
         # Raw samples for the fast signature (heating with flat power): temperatures over
         # two confirm windows, power over the settle time (a step's heating lasts that long).
-        self.recent_temp: deque[tuple[float, float]] = deque()
-        self.recent_power: deque[tuple[float, float]] = deque()
+        self.recent_temp = RecentSamples()
+        self.recent_power = RecentSamples()
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
         keep = 2 * settings.trend_min_points
@@ -163,10 +205,13 @@ class GpuTracker:
             return
         if not p.usable or p.value is None or r.mono - p.mono > self._settings.stale_after_s:
             return
-        rates = self.heating_rate(r.mono)
-        fastest = self._settings.max_gpu_rate_c_per_min / 60.0
-        heating = rates is not None and abs(rates[0]) > fastest
-        steady = self.power_steady() and not heating
+        # Not steady while power moves, or while heating faster than a load step would
+        # (only the newer window counts here; the rate needs both to be defined).
+        steady = self.power_steady()
+        if steady:
+            rates = self.heating_rate(r.mono)
+            fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+            steady = rates is None or abs(rates[0]) <= fastest
         self.resistance.add(r.mono, r.value - reference, p.value, steady)
 
     def heating_rate(self, now: float) -> tuple[float, float] | None:
@@ -176,26 +221,23 @@ class GpuTracker:
         and a rise must last two windows to count (a blip that recovers does not).
         """
         w = self._settings.flow_loss_confirm_s
-        newer = [(t, v) for t, v in self.recent_temp if now - w <= t <= now]
-        older = [(t, v) for t, v in self.recent_temp if now - 2 * w <= t <= now - w]
+        samples = self.recent_temp.samples
+        newer = [(t, v) for t, v in samples if now - w <= t <= now]
+        older = [(t, v) for t, v in samples if now - 2 * w <= t <= now - w]
         a, b = median_slope(newer), median_slope(older)
         return None if a is None or b is None else (a, b)
 
     def power_steady(self) -> bool:
         """No power change of a load step over the settle time (and none detected)."""
-        if len(self.recent_power) < 2:
+        if len(self.recent_power.samples) < 2:
             return False
-        watts = [v for _, v in self.recent_power]
         limit = self.limit.value if self.limit is not None and self.limit.usable else None
         step = self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
-        return max(watts) - min(watts) <= step
+        return self.recent_power.spread() <= step
 
-    def _remember(self, q: deque[tuple[float, float]], r: Reading, keep_s: float) -> None:
-        if not r.usable or r.value is None or (q and r.mono <= q[-1][0]):
-            return
-        q.append((r.mono, r.value))
-        while q and q[0][0] < r.mono - keep_s:
-            q.popleft()
+    def _remember(self, q: RecentSamples, r: Reading, keep_s: float) -> None:
+        if r.usable and r.value is not None:
+            q.add(r.mono, r.value, keep_s)
 
     def observe(self, r: Reading) -> None:
         """Take one reading of this GPU."""
