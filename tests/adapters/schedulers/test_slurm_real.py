@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.schedulers.base import NodeView
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from daemon.delivery.outbox import Status
@@ -23,7 +24,7 @@ from policies.model import REASON_PREFIX, Action
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.secrets import write_secret
 from tests.support.slurm import NODES, Cluster, decision, deliver_all
-from tests.support.wait import wait_until
+from tests.support.wait import wait_for_result, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -130,9 +131,17 @@ def test_scontrol_output_parses_like_rest(clean: Cluster) -> None:
 
 async def test_reads_through_scontrol_without_rest(clean: Cluster) -> None:
     sink = SlurmSink(None, slurm_conf=clean.conf, timeout_s=20.0)
-    clean.scontrol("update", "nodename=gpu01", "state=down", "reason=rackguard: down test")
+
+    async def down_and_read() -> dict[str, NodeView]:
+        # ReturnToService=2 lets a slurmd that re-registers (one a previous test's
+        # job restarted) clear an admin DOWN: set it again until it holds.
+        clean.scontrol("update", "nodename=gpu01", "state=down", "reason=rackguard: down test")
+        return dict(await sink.read_state(["gpu01", "gpu02", "gpu99"]))
+
     try:
-        views = await sink.read_state(["gpu01", "gpu02", "gpu99"])
+        views = await wait_for_result(
+            down_and_read, lambda v: v["gpu01"].down, timeout=20, what="gpu01 read as DOWN"
+        )
     finally:
         await sink.close()
     assert views["gpu01"].down and views["gpu01"].ours
