@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
+from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
 
 
 class ScriptedJobs:
@@ -27,7 +27,7 @@ class ScriptedJobs:
             raise JobControlError("slurmctld unreachable")
         return [RunningJob(j, "train", "alice") for j in self.jobs.get(node, [])]
 
-    async def notify(self, job: RunningJob, signal: str) -> tuple[Outcome, str]:
+    async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
         self.signals.append(job.job_id)
         return Outcome.DONE, "ok"
 

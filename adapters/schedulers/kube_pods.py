@@ -1,0 +1,189 @@
+"""The pods on a Kubernetes node as JobControl: list, tell (annotation + Event), evict.
+
+- List: ``GET /api/v1/pods?fieldSelector=spec.nodeName=NODE``, less the pods
+  ``kubectl drain`` leaves alone: DaemonSet-owned, mirror (static) pods, and pods
+  already terminating, Succeeded or Failed. A pod's job id is ``namespace/name``.
+- Tell: a merge patch (RFC 7386) sets the annotation
+  ``rackguard.io/checkpoint-by`` to the deadline in RFC 3339 UTC, then a core/v1
+  Event (reason ``ThermalCheckpointNotice``, type Warning) on the pod. Core v1,
+  not events.k8s.io/v1: the node's Event already is one, so one API group and one
+  RBAC rule; ``kubectl describe pod`` and ``kubectl get events`` show both kinds
+  alike (the API server stores them as one resource). The Event names the pod's
+  uid (taken from the patch's answer), as ``kubectl describe`` matches on it.
+- Evict: ``POST .../pods/NAME/eviction`` with a policy/v1 Eviction, which honours
+  PodDisruptionBudgets: 429 is BLOCKED (asked again later, never forced with a
+  delete), 404 is GONE (the pod left on its own).
+
+A 403 (RBAC) is a permanent JobControlError (asked again slowly, reported); an
+unreachable server or a 5xx a transient one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from adapters.base import DeliveryError
+from adapters.schedulers.decision_json import rfc3339
+from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
+from adapters.schedulers.kubernetes import KubeClient, api_message
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_ANNOTATION = "rackguard.io/checkpoint-by"
+EVENT_REASON = "ThermalCheckpointNotice"
+# How a pod is told, as the notice records it (NoticeSettings.signal).
+POD_NOTICE = "annotation"
+MERGE_PATCH = "application/merge-patch+json"
+_RBAC = "the account needs list on pods, patch on pods, create on pods/eviction and events"
+
+
+def evictable(pod: Mapping[str, Any]) -> bool:
+    """Pods ``kubectl drain`` would evict: not DaemonSet-owned, not mirror, not finished."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return False
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _split(job: RunningJob) -> tuple[str, str]:
+    ns, _, name = job.job_id.partition("/")
+    return ns, name
+
+
+def _pod_path(ns: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(ns, safe='')}/pods/{quote(name, safe='')}"
+
+
+class KubePods:
+    """JobControl for the pods of a node, through the API server."""
+
+    def __init__(self, client: KubeClient, *, record_events: bool = True) -> None:
+        self.name = "kubernetes"
+        self._client = client
+        self._events = record_events
+
+    async def _call(
+        self, what: str, method: str, path: str, body: Any, ctype: str
+    ) -> tuple[int, Any]:
+        try:
+            status, answer = await self._client.call(method, path, body, content_type=ctype)
+        except DeliveryError as err:
+            raise JobControlError(f"{what}: {err}") from err
+        return status, answer
+
+    @staticmethod
+    def _error(what: str, status: int, body: Any) -> JobControlError:
+        said = f"{what}: HTTP {status}: {api_message(body)}"
+        if status in (401, 403):
+            return JobControlError(f"{said} ({_RBAC})", permanent=True)
+        # Other 4xx are not fixed by asking again soon; 5xx and 408/409 are.
+        slow = 400 <= status < 500 and status not in (408, 409)
+        return JobControlError(said, permanent=slow)
+
+    async def running(self, node: str) -> list[RunningJob]:
+        """The evictable pods bound to ``node``."""
+        selector = quote(f"spec.nodeName={node}", safe="=")
+        what = f"list pods on {node}"
+        status, body = await self._call(
+            what, "GET", f"/api/v1/pods?fieldSelector={selector}", None, "application/json"
+        )
+        if status != 200 or not isinstance(body, dict):
+            raise self._error(what, status, body)
+        jobs = []
+        for pod in body.get("items") or []:
+            if not isinstance(pod, dict) or not evictable(pod):
+                continue
+            meta = pod.get("metadata") or {}
+            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+            if name:
+                jobs.append(RunningJob(f"{ns}/{name}", name, ns))
+        return jobs
+
+    async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
+        """Annotate the pod with its deadline, then record an Event on it."""
+        ns, name = _split(job)
+        deadline = rfc3339(terms.checkpoint_by)
+        patch = {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: deadline}}}
+        what = f"annotate pod {job.job_id}"
+        status, pod = await self._call(what, "PATCH", _pod_path(ns, name), patch, MERGE_PATCH)
+        if status == 404:
+            return Outcome.GONE, "pod not found"
+        if status != 200 or not isinstance(pod, dict):
+            raise self._error(what, status, pod)
+        if not self._events:
+            return Outcome.DONE, "annotated"
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        event = _event(ns, name, uid, terms, deadline)
+        path = f"/api/v1/namespaces/{quote(ns, safe='')}/events"
+        try:
+            status, body = await self._client.call("POST", path, event)
+        except DeliveryError as err:
+            status, body = 0, {"message": str(err)}
+        if status not in (200, 201):
+            # The annotation is the notice; the Event is for people reading kubectl.
+            log.warning(
+                "pod %s: annotated, Event not recorded: HTTP %d %s",
+                job.job_id,
+                status,
+                api_message(body),
+            )
+            return Outcome.DONE, f"annotated; Event not recorded (HTTP {status})"
+        return Outcome.DONE, "annotated, Event recorded"
+
+    async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
+        """Evict the pod (policy/v1 Eviction): its controller starts it elsewhere."""
+        ns, name = _split(job)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": ns},
+        }
+        what = f"evict pod {job.job_id}"
+        status, answer = await self._call(
+            what, "POST", _pod_path(ns, name) + "/eviction", body, "application/json"
+        )
+        if status in (200, 201):
+            return Outcome.DONE, "evicted"
+        if status == 404:
+            return Outcome.GONE, "pod already gone"
+        if status == 429:  # a PodDisruptionBudget allows no disruption now
+            return Outcome.BLOCKED, f"HTTP 429: {_budget_words(answer)}"
+        raise self._error(what, status, answer)
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        await self._client.close()
+
+
+def _budget_words(body: Any) -> str:
+    causes = (body.get("details") or {}).get("causes") if isinstance(body, dict) else None
+    words = [str(c.get("message", "")) for c in causes or [] if isinstance(c, dict)]
+    return "; ".join([api_message(body), *[w for w in words if w]])
+
+
+def _event(ns: str, name: str, uid: str, terms: NoticeTerms, deadline: str) -> dict[str, Any]:
+    now = rfc3339(time.time())
+    involved = {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
+    if uid:
+        involved["uid"] = uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "rackguard-checkpoint-", "namespace": ns},
+        "involvedObject": involved,
+        "reason": EVENT_REASON,
+        "message": f"checkpoint by {deadline}: {terms.reason} (fault domain: {terms.domain})",
+        "type": "Warning",
+        "source": {"component": "rackguard"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
