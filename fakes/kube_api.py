@@ -144,6 +144,16 @@ def _apply_patch(ctype: str, doc: dict[str, Any], body: Any) -> dict[str, Any] |
 
 
 ACCOUNT = "system:serviceaccount:rackguard:rackguard"
+# Each route as RBAC sees it: (verb, resource), as a ClusterRole grants it.
+RBAC = {
+    ("GET", "/api/v1/nodes"): ("list", "nodes"),
+    ("GET", "/api/v1/nodes/{name}"): ("get", "nodes"),
+    ("PATCH", "/api/v1/nodes/{name}"): ("patch", "nodes"),
+    ("GET", "/api/v1/pods"): ("list", "pods"),
+    ("PATCH", "/api/v1/namespaces/{ns}/pods/{name}"): ("patch", "pods"),
+    ("POST", "/api/v1/namespaces/{ns}/pods/{name}/eviction"): ("create", "pods/eviction"),
+    ("POST", "/api/v1/namespaces/{ns}/events"): ("create", "events"),
+}
 
 
 def _forbidden(verb: str, resource: str, name: str, namespace: str = "") -> web.Response:
@@ -185,6 +195,7 @@ class FakeKubeApi:
     race_next_patch: int = 0  # change the node before the next N patches
     forbid_patch: bool = False  # RBAC: the account may not patch nodes
     forbid: set[str] = field(default_factory=set)  # RBAC: "patch pods", "create pods/eviction"
+    used: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) asked for
     keep_terminating: bool = False  # an evicted pod stays, terminating, until removed
     resource_version: int = 100
     url: str = ""
@@ -307,6 +318,9 @@ class FakeKubeApi:
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return _status(401, "Unauthorized", "Unauthorized")
+        route = request.match_info.route.resource
+        if route is not None:
+            self.used.add(RBAC[(request.method, route.canonical)])
         resp: web.StreamResponse = await handler(request)
         return resp
 

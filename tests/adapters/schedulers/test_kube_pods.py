@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from adapters.schedulers.decision_json import rfc3339
 from adapters.schedulers.jobs import NoticeTerms, Outcome, RunningJob
@@ -29,13 +30,14 @@ from adapters.schedulers.kube_pods import (
     POD_NOTICE,
     KubePods,
 )
-from adapters.schedulers.kubernetes import KubeClient, connection
+from adapters.schedulers.kubernetes import KubeClient, KubernetesSink, connection
 from daemon.delivery.deliverer import REFUSED_SLOWDOWN, wait_or_wake
 from daemon.delivery.notices import JobNotices, Notice, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
 from fakes.kube_api import Budget, FakeKubeApi
 from policies.model import Action
 from tests.support.delivery import decision
+from tests.support.paths import ROOT
 from tests.support.wait import wait_until
 
 T0 = 1_767_225_600.0
@@ -381,3 +383,33 @@ async def test_pods_of_the_adapter_alone_gone_and_forbidden(
         assert annotated(api) == {("ml", "p"): rfc3339(T0)}
     finally:
         await pods.close()
+
+
+async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and_no_more(
+    api: FakeKubeApi, token_file: Path, tmp_path: Path
+) -> None:
+    a_node_of_every_kind(api)
+    sink = KubernetesSink(connection(api_url=api.url, token_file=token_file))
+    clock = Clock()
+    try:
+        async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+            await sink.deliver(decision("node-a", Action.DRAIN))
+            await sink.read_state(["node-a"])
+            await sink.list_nodes()
+            await applied(r, Action.DRAIN)
+            clock.now = T0 + 600.0
+            await wait_until(lambda: r.notices.current("node-a") is None)
+            await sink.deliver(decision("node-a", Action.RESUME, 2))
+    finally:
+        await sink.close()
+    docs = yaml.safe_load_all((ROOT / "daemon/deploy/kubernetes/rackguard.yaml").read_text())
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    granted = {
+        (verb, resource)
+        for rule in role["rules"]
+        if rule["apiGroups"] == [""]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])  # core v1 only
+    assert granted == api.used
