@@ -413,6 +413,8 @@ class FakeKubeApi:
             return patched
         if (patched["metadata"].get("name"), patched["metadata"].get("namespace")) != (name, ns):
             return _status(422, "Invalid", "metadata.name and metadata.namespace are immutable")
+        if patched == pod:  # a patch that changes nothing (a "test") changes no version
+            return self._json(pod)
         patched["metadata"]["resourceVersion"] = self._bump()
         self.pods[(ns, name)] = patched
         return self._json(patched)

@@ -64,6 +64,14 @@ class JobControl(Protocol):
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
         """Tell the job (e.g. send ``terms.signal``); (outcome, the scheduler's words)."""
 
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        """A job told before: make what it was told say ``terms`` (None: take it back).
+
+        Idempotent: called again after a restart, or for a job already told these
+        terms, it changes nothing. A scheduler whose notice carries no terms (a
+        signal) does nothing and answers REFUSED.
+        """
+
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """Move the job off the node to run again elsewhere or later (requeue, evict).
 

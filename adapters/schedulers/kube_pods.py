@@ -10,6 +10,12 @@
   RBAC rule; ``kubectl describe pod`` and ``kubectl get events`` show both kinds
   alike (the API server stores them as one resource). The Event names the pod's
   uid (taken from the patch's answer), as ``kubectl describe`` matches on it.
+- Revise: a JSON Patch ``test`` of the annotation first: a pod that already
+  carries the deadline is left alone (a restart, a retried pass); one that does
+  not is told again (an exclusion brought the deadline forward). Taken back (a
+  resume before the deadline): a JSON Patch ``remove`` of the annotation and a
+  Normal Event ``ThermalCheckpointWithdrawn``; a pod without it has nothing to
+  take back (422), and gets no Event.
 - Evict: ``POST .../pods/NAME/eviction`` with a policy/v1 Eviction, which honours
   PodDisruptionBudgets: 429 is BLOCKED (asked again later, never forced with a
   delete), 404 is GONE (the pod left on its own).
@@ -35,9 +41,12 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_ANNOTATION = "rackguard.io/checkpoint-by"
 EVENT_REASON = "ThermalCheckpointNotice"
+WITHDRAWN_REASON = "ThermalCheckpointWithdrawn"
 # How a pod is told, as the notice records it (NoticeSettings.signal).
 POD_NOTICE = "annotation"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+_ANNOTATION_PTR = "/metadata/annotations/" + CHECKPOINT_ANNOTATION.replace("/", "~1")
 _RBAC = "the account needs list on pods, patch on pods, create on pods/eviction and events"
 
 
@@ -118,10 +127,50 @@ class KubePods:
             return Outcome.GONE, "pod not found"
         if status != 200 or not isinstance(pod, dict):
             raise self._error(what, status, pod)
+        message = f"checkpoint by {deadline}: {terms.reason} (fault domain: {terms.domain})"
+        return Outcome.DONE, "annotated" + await self._event(job, pod, EVENT_REASON, message)
+
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        """Tell the pod ``terms`` unless its annotation already says so; None: take it back."""
+        ns, name = _split(job)
+        path = _pod_path(ns, name)
+        if terms is None:
+            what = f"take back the notice of pod {job.job_id}"
+            ops = [{"op": "remove", "path": _ANNOTATION_PTR}]
+        else:
+            what = f"check the notice of pod {job.job_id}"
+            ops = [{"op": "test", "path": _ANNOTATION_PTR, "value": rfc3339(terms.checkpoint_by)}]
+        status, pod = await self._call(what, "PATCH", path, ops, JSON_PATCH)
+        if status == 404:
+            return Outcome.GONE, "pod not found"
+        if status == 422:  # the test failed / nothing to remove
+            if terms is None:
+                return Outcome.DONE, "no annotation to take back"
+            return await self.notify(job, terms)
+        if status != 200 or not isinstance(pod, dict):
+            raise self._error(what, status, pod)
+        if terms is not None:
+            return Outcome.DONE, "already told"
+        message = "the node is back in service: no checkpoint needed"
+        return Outcome.DONE, "annotation removed" + await self._event(
+            job, pod, WITHDRAWN_REASON, message, warning=False
+        )
+
+    async def _event(
+        self,
+        job: RunningJob,
+        pod: Mapping[str, Any],
+        reason: str,
+        message: str,
+        *,
+        warning: bool = True,
+    ) -> str:
+        """Record an Event on the pod; what to add to the outcome's words."""
         if not self._events:
-            return Outcome.DONE, "annotated"
+            return ""
+        ns, name = _split(job)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        event = _event(ns, name, uid, terms, deadline)
+        event = _event(ns, name, uid, reason, message, warning)
         path = f"/api/v1/namespaces/{quote(ns, safe='')}/events"
         try:
             status, body = await self._client.call("POST", path, event)
@@ -130,13 +179,14 @@ class KubePods:
         if status not in (200, 201):
             # The annotation is the notice; the Event is for people reading kubectl.
             log.warning(
-                "pod %s: annotated, Event not recorded: HTTP %d %s",
+                "pod %s: Event %s not recorded: HTTP %d %s",
                 job.job_id,
+                reason,
                 status,
                 api_message(body),
             )
-            return Outcome.DONE, f"annotated; Event not recorded (HTTP {status})"
-        return Outcome.DONE, "annotated, Event recorded"
+            return f"; Event not recorded (HTTP {status})"
+        return ", Event recorded"
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """Evict the pod (policy/v1 Eviction): its controller starts it elsewhere."""
@@ -169,7 +219,9 @@ def _budget_words(body: Any) -> str:
     return "; ".join([api_message(body), *[w for w in words if w]])
 
 
-def _event(ns: str, name: str, uid: str, terms: NoticeTerms, deadline: str) -> dict[str, Any]:
+def _event(
+    ns: str, name: str, uid: str, reason: str, message: str, warning: bool
+) -> dict[str, Any]:
     now = rfc3339(time.time())
     involved = {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
     if uid:
@@ -179,9 +231,9 @@ def _event(ns: str, name: str, uid: str, terms: NoticeTerms, deadline: str) -> d
         "kind": "Event",
         "metadata": {"generateName": "rackguard-checkpoint-", "namespace": ns},
         "involvedObject": involved,
-        "reason": EVENT_REASON,
-        "message": f"checkpoint by {deadline}: {terms.reason} (fault domain: {terms.domain})",
-        "type": "Warning",
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if warning else "Normal",
         "source": {"component": "rackguard"},
         "firstTimestamp": now,
         "lastTimestamp": now,

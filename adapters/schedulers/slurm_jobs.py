@@ -72,6 +72,10 @@ class SlurmJobs:
         rc, out, err = await self._run([*self._scancel, f"--signal={signal}", *flags, job.job_id])
         return self._outcome(f"scancel --signal={signal}", job, rc, out, err)
 
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        """Nothing: a signal carries no deadline and cannot be taken back."""
+        return Outcome.REFUSED, "a signal cannot be revised"
+
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """``scontrol requeue JOB``."""
         rc, out, err = await self._run([*self._scontrol, "requeue", job.job_id])

@@ -13,7 +13,9 @@ after an exclusion), and
    (Kubernetes) where the scheduler allows it; one that cannot be requeued is
    left running, and logged; one the scheduler says "not now" about (a
    PodDisruptionBudget's 429) is asked again with backoff until it goes;
-3. a resume confirmed before the deadline closes the notice: nothing is requeued.
+3. a resume confirmed before the deadline closes the notice: nothing is
+   requeued, and what can be taken back is (a pod's annotation; a signal
+   cannot be), once, as far as the scheduler can be reached then.
 
 Each step is written to the decision store's database (tables ``notices`` and
 ``notice_jobs``) before it is taken: a job's row is written before its signal
@@ -24,7 +26,8 @@ open notice is resumed, its requeue still due. A notice that cannot be written
 
 A new drain or exclusion for a node with an open notice keeps that notice (a
 repair by the reconciler, a restart) — an exclusion only brings its deadline
-forward.
+forward, and the jobs already told are told the new deadline where the
+scheduler carries one (a pod's annotation; ``JobControl.revise``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from adapters.schedulers.jobs import JobControl, JobControlError, NoticeTerms, Outcome
+from adapters.schedulers.jobs import (
+    JobControl,
+    JobControlError,
+    NoticeTerms,
+    Outcome,
+    RunningJob,
+)
 from daemon.delivery.deliverer import REFUSED_SLOWDOWN, Sleep, wait_or_wake
 from daemon.delivery.outbox import DecisionStore, Status, StorageError
 from daemon.service.backoff import capped_backoff
@@ -304,6 +313,7 @@ class JobNotices:
             if current is not None:
                 await self._close(current, "resumed before the deadline")
                 log.info("%s: resumed before the deadline; no job requeued", d.node)
+                await self._withdraw(current)
             return
         grace = (
             self.settings.critical_grace_s
@@ -314,6 +324,7 @@ class JobNotices:
         if current is not None:
             if deadline < current.deadline:
                 current.deadline = deadline
+                current.told_at = None  # the jobs told are told the new deadline
                 await self._save(current, partial(_put_notice, n=current))
                 log.info("%s: %s brings the jobs' deadline forward", d.node, d.action)
             return
@@ -359,6 +370,11 @@ class JobNotices:
             for job in await self._jobs.running(n.node):
                 known = n.jobs.get(job.job_id)
                 if known is not None and known.signal_started_at is not None:
+                    # Told before: of an earlier deadline, or a crash came between.
+                    outcome, _ = await self._jobs.revise(job, terms)
+                    if known.signaled == IN_FLIGHT and outcome is not Outcome.REFUSED:
+                        known.signaled = outcome.value  # checked, and completed
+                        await self._save(n, partial(_put_job, key=n.key, j=known))
                     continue
                 note = JobNote(job.job_id, job.name, job.user, signal)
                 note.signal_started_at = self._wall()
@@ -415,6 +431,19 @@ class JobNotices:
             # Open until they go: asked again with backoff, never dropped or forced.
             raise JobControlError(f"not yet: {'; '.join(blocked)}")
         await self._close(n, "requeued" if self.settings.requeue else "deadline passed")
+
+    async def _withdraw(self, n: Notice) -> None:
+        # Best effort, once: the notice is closed whatever the scheduler says.
+        for note in n.jobs.values():
+            if note.signal_started_at is None:
+                continue
+            job = RunningJob(note.job_id, note.name, note.user)
+            try:
+                outcome, said = await self._jobs.revise(job, None)
+            except JobControlError as err:
+                log.warning("%s: the jobs' notice could not be taken back: %s", n.node, err)
+                return
+            log.debug("%s: job %s: notice taken back: %s %s", n.node, job.job_id, outcome, said)
 
     async def close(self) -> None:
         """Release what the scheduler's job control holds (an HTTP session)."""

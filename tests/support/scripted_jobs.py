@@ -19,6 +19,7 @@ class ScriptedJobs:
         self.jobs = jobs
         self.signals: list[str] = []
         self.requeues: list[str] = []
+        self.revisions: list[tuple[str, NoticeTerms | None]] = []
         self.down = False
         self.no_requeue: set[str] = set()
 
@@ -30,6 +31,10 @@ class ScriptedJobs:
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
         self.signals.append(job.job_id)
         return Outcome.DONE, "ok"
+
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        self.revisions.append((job.job_id, terms))
+        return Outcome.REFUSED, "a signal cannot be revised"  # as Slurm
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         if job.job_id in self.no_requeue:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from adapters.schedulers.kube_pods import (
     CHECKPOINT_ANNOTATION,
     EVENT_REASON,
     POD_NOTICE,
+    WITHDRAWN_REASON,
     KubePods,
 )
 from adapters.schedulers.kubernetes import KubeClient, KubernetesSink, connection
@@ -413,3 +415,68 @@ async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and
     }
     assert all(rule["apiGroups"] == [""] for rule in role["rules"])  # core v1 only
     assert granted == api.used
+
+
+async def test_an_exclusion_during_a_drain_tells_the_pods_the_earlier_deadline(
+    api: FakeKubeApi, token_file: Path, tmp_path: Path
+) -> None:
+    a_node_of_every_kind(api)
+    clock = Clock()
+    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+        await applied(r, Action.DRAIN)
+        assert annotated(api) == dict.fromkeys(ELIGIBLE, rfc3339(T0 + 600.0))
+        clock.now = T0 + 100.0
+        r.notices.settled(decision("node-a", Action.EXCLUDE, 2), Status.CONFIRMED, "read back")
+        await wait_until(lambda: annotated(api) == dict.fromkeys(ELIGIBLE, rfc3339(T0 + 120.0)))
+        await wait_until(lambda: told(r), what="told the new deadline")
+        assert not api.evictions
+        clock.now = T0 + 120.0
+        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted")
+    for ns, name in ELIGIBLE:
+        first, second = api.pod_events(ns, name)
+        assert rfc3339(T0 + 600.0) in first["message"]
+        assert rfc3339(T0 + 120.0) in second["message"]
+
+
+async def test_a_resume_before_the_deadline_takes_the_annotation_back(
+    api: FakeKubeApi, token_file: Path, tmp_path: Path
+) -> None:
+    a_node_of_every_kind(api)
+    api.pods[("ml", "notebook")]["metadata"]["annotations"]["team"] = "vision"
+    clock = Clock()
+    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+        await applied(r, Action.DRAIN)
+        r.notices.settled(decision("node-a", Action.RESUME, 2), Status.CONFIRMED, "read back")
+        await wait_until(lambda: not annotated(api), what="annotations removed")
+        await wait_until(lambda: r.notices.current("node-a") is None)
+    assert api.pods[("ml", "notebook")]["metadata"]["annotations"] == {"team": "vision"}
+    for ns, name in ELIGIBLE:
+        _, withdrawn = api.pod_events(ns, name)
+        assert withdrawn["reason"] == WITHDRAWN_REASON and withdrawn["type"] == "Normal"
+    assert not api.evictions
+
+
+async def test_a_crash_while_telling_completes_the_pod_only_where_it_did_not_land(
+    api: FakeKubeApi, token_file: Path, tmp_path: Path
+) -> None:
+    a_node_of_every_kind(api)
+    db = tmp_path / "o.db"
+    clock = Clock()
+    async with notices_on(db, api, token_file, clock) as r:
+        await applied(r, Action.DRAIN)
+    # As a kill -9 in the middle of telling leaves it: both pods "being told", the
+    # notice not finished; the annotation of one never reached the server.
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE notice_jobs SET signaled = ''")
+    conn.execute("UPDATE notices SET told_at = NULL")
+    conn.commit()
+    conn.close()
+    del api.pods[("ml", "notebook")]["metadata"]["annotations"][CHECKPOINT_ANNOTATION]
+    events = len(api.events)
+    async with notices_on(db, api, token_file, clock) as r:
+        await wait_until(lambda: told(r), what="the notice finished")
+    assert annotated(api) == dict.fromkeys(ELIGIBLE, rfc3339(T0 + 600.0))
+    # The trainer's annotation was there: no second Event; the notebook's was not.
+    assert len(api.pod_events("ml", "trainer-0")) == 1
+    assert len(api.pod_events("ml", "notebook")) == 2 and len(api.events) == events + 1
+    assert {j.signaled for j in r.notices.all()[0].jobs.values()} == {"done"}
