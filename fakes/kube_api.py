@@ -239,9 +239,10 @@ class FakeKubeApi:
         labels: dict[str, str] | None = None,
         daemonset: bool = False,
         mirror: bool = False,
+        bare: bool = False,
         phase: str = "Running",
     ) -> None:
-        """A pod on ``node``: owned by a ReplicaSet, a DaemonSet, or a static pod's mirror."""
+        """A pod on ``node``: a ReplicaSet's or a DaemonSet's, bare, or a static pod's mirror."""
         meta: dict[str, Any] = {
             "name": name,
             "namespace": namespace,
@@ -255,6 +256,8 @@ class FakeKubeApi:
         else:
             owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs"}
         meta["ownerReferences"] = [{**owner, "uid": f"uid-{owner['name']}", "controller": True}]
+        if bare:  # created on its own: no controller starts it again
+            del meta["ownerReferences"]
         if mirror:  # a static pod's mirror: owned by the Node, marked by the kubelet
             meta["annotations"]["kubernetes.io/config.mirror"] = "0f1e2d3c"
             meta["ownerReferences"] = [

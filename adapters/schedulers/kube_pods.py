@@ -18,7 +18,10 @@
   take back (422), and gets no Event.
 - Evict: ``POST .../pods/NAME/eviction`` with a policy/v1 Eviction, which honours
   PodDisruptionBudgets: 429 is BLOCKED (asked again later, never forced with a
-  delete), 404 is GONE (the pod left on its own).
+  delete), 404 is GONE (the pod left on its own). A pod no controller owns (a
+  bare pod) would be gone for good, not started elsewhere: it is told, then left
+  running (REFUSED, as a Slurm job that cannot be requeued; ``kubectl drain``
+  wants ``--force`` for those).
 
 A 403 (RBAC) is a permanent JobControlError (asked again slowly, reported); an
 unreachable server or a 5xx a transient one.
@@ -78,6 +81,7 @@ class KubePods:
         self.name = "kubernetes"
         self._client = client
         self._events = record_events
+        self._bare: set[str] = set()  # job ids of the pods no controller owns, as last listed
 
     async def _call(
         self, what: str, method: str, path: str, body: Any, ctype: str
@@ -93,8 +97,8 @@ class KubePods:
         said = f"{what}: HTTP {status}: {api_message(body)}"
         if status in (401, 403):
             return JobControlError(f"{said} ({_RBAC})", permanent=True)
-        # Other 4xx are not fixed by asking again soon; 5xx and 408/409 are.
-        slow = 400 <= status < 500 and status not in (408, 409)
+        # Other 4xx are not fixed by asking again soon; 5xx, 408/409/425/429 are.
+        slow = 400 <= status < 500 and status not in (408, 409, 425, 429)
         return JobControlError(said, permanent=slow)
 
     async def running(self, node: str) -> list[RunningJob]:
@@ -107,6 +111,7 @@ class KubePods:
         if status != 200 or not isinstance(body, dict):
             raise self._error(what, status, body)
         jobs = []
+        self._bare.clear()
         for pod in body.get("items") or []:
             if not isinstance(pod, dict) or not evictable(pod):
                 continue
@@ -114,6 +119,9 @@ class KubePods:
             ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
             if name:
                 jobs.append(RunningJob(f"{ns}/{name}", name, ns))
+                owners = meta.get("ownerReferences") or []
+                if not any(isinstance(o, dict) and o.get("controller") for o in owners):
+                    self._bare.add(f"{ns}/{name}")
         return jobs
 
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
@@ -190,6 +198,8 @@ class KubePods:
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """Evict the pod (policy/v1 Eviction): its controller starts it elsewhere."""
+        if job.job_id in self._bare:
+            return Outcome.REFUSED, "no controller would start it again (a bare pod)"
         ns, name = _split(job)
         body = {
             "apiVersion": "policy/v1",

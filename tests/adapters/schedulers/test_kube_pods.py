@@ -480,3 +480,20 @@ async def test_a_crash_while_telling_completes_the_pod_only_where_it_did_not_lan
     assert len(api.pod_events("ml", "trainer-0")) == 1
     assert len(api.pod_events("ml", "notebook")) == 2 and len(api.events) == events + 1
     assert {j.signaled for j in r.notices.all()[0].jobs.values()} == {"done"}
+
+
+async def test_a_bare_pod_is_told_and_left_running_not_evicted_for_good(
+    api: FakeKubeApi, token_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.add_pod("ml", "scratch", "node-a", bare=True)  # `kubectl run`: no controller
+    api.add_pod("ml", "trainer-0", "node-a")
+    clock = Clock()
+    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+        await applied(r, Action.DRAIN)
+        clock.now = T0 + 600.0
+        await wait_until(lambda: r.notices.current("node-a") is None)
+        (notice,) = r.notices.all()
+    assert ("ml", "scratch") in annotated(api) and ("ml", "scratch") in api.pods
+    assert [n for _, n, _ in api.evictions] == ["trainer-0"]
+    assert notice.jobs["ml/scratch"].requeued.startswith("refused: no controller")
+    assert "job ml/scratch (ml) cannot be requeued, left running" in caplog.text
