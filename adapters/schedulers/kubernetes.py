@@ -258,8 +258,8 @@ class KubernetesSink:
         message = api_message(body)
         if status == 403:
             return DeliveryError(
-                f"{what}: HTTP 403 Forbidden: {message} (the account needs get/patch on nodes"
-                ", list on pods and create on pods/eviction and events)",
+                f"{what}: HTTP 403 Forbidden: {message} (the account needs get, list and"
+                " patch on nodes and create on events; see the shipped ClusterRole)",
                 permanent=True,
                 reason="auth",
             )

@@ -65,7 +65,7 @@ IN_FLIGHT = "unknown: the daemon stopped while signalling; not signalled again"
 class NoticeSettings:
     """How jobs are told and how long they get."""
 
-    signal: str = "USR1"  # "" : no signal (the notice endpoint only)
+    signal: str = "USR1"  # how jobs are told ("annotation": pods); "": not (the endpoint only)
     checkpoint_grace_s: float = 540.0  # after a drain
     critical_grace_s: float = 20.0  # after an exclusion
     requeue: bool = True
