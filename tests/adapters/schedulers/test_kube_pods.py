@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,10 @@ class Running:
         assert n is not None, f"no open notice on {node}"
         return n
 
+    def closed(self) -> bool:
+        """node-a has no open notice (none yet, or it ended)."""
+        return self.notices.current("node-a") is None
+
     def failures(self, node: str = "node-a") -> int:
         n = self.notices.current(node)
         return n.failures if n is not None else 0
@@ -82,6 +88,9 @@ class Running:
         await wait_until(lambda: len(self.ticks) >= start + count, what="notice loop cycles")
 
 
+Notices = AbstractAsyncContextManager["Running"]
+
+
 @pytest.fixture
 async def api() -> AsyncIterator[FakeKubeApi]:
     fake = FakeKubeApi()
@@ -90,6 +99,12 @@ async def api() -> AsyncIterator[FakeKubeApi]:
     await fake.start()
     yield fake
     await fake.stop()
+
+
+@pytest.fixture
+def run(api: FakeKubeApi, token_file: Path, tmp_path: Path) -> Callable[[Clock], Notices]:
+    """Start a daemon's notice task on this test's database: ``async with run(clock)``."""
+    return partial(notices_on, tmp_path / "o.db", api, token_file)
 
 
 @contextlib.asynccontextmanager
@@ -157,11 +172,12 @@ async def applied(r: Running, action: Action, timeout: float = 10.0) -> None:  #
 
 
 async def test_each_eligible_pod_gets_the_annotation_and_an_event_and_no_other_pod_does(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         notice = r.notice()
     deadline = rfc3339(T0 + 600.0)
@@ -189,17 +205,18 @@ async def test_each_eligible_pod_gets_the_annotation_and_an_event_and_no_other_p
 
 
 async def test_pods_still_there_at_the_deadline_are_evicted_and_no_sooner(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         clock.now = T0 + 599.0
         await r.cycles()
         assert not api.evictions  # a second before the deadline
         clock.now = T0 + 600.0
-        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted")
+        await wait_until(r.closed, what="evicted")
         (notice,) = r.notices.all()
     assert sorted((ns, n, s) for ns, n, s in api.evictions) == [
         ("ml", "notebook", 201),
@@ -212,13 +229,14 @@ async def test_pods_still_there_at_the_deadline_are_evicted_and_no_sooner(
 
 
 async def test_a_disruption_budget_is_asked_again_with_backoff_until_it_lets_go(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     budget = Budget(("app", "trainer"), disruptions_allowed=0)
     api.budgets.append(budget)
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         clock.now = T0 + 600.0
         delays = []
@@ -232,7 +250,7 @@ async def test_a_disruption_budget_is_asked_again_with_backoff_until_it_lets_go(
         assert r.notice().jobs["ml/trainer-0"].requeued.startswith("blocked: HTTP 429")
         budget.disruptions_allowed = 1  # the trainer's other replica is ready elsewhere
         clock.now += 8.0
-        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted at last")
+        await wait_until(r.closed, what="evicted at last")
         (notice,) = r.notices.all()
     assert notice.closed == "requeued" and notice.jobs["ml/trainer-0"].requeued == "done"
     # The notebook went at the first pass and was not asked about again.
@@ -253,35 +271,38 @@ async def test_a_restart_between_notice_and_eviction_neither_tells_again_nor_for
     # The next process, on the same database, with the deadline passed meanwhile.
     clock.now = T0 + 3600.0
     async with notices_on(db, api, token_file, clock) as r:
-        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted after restart")
+        await wait_until(r.closed, what="evicted after restart")
     assert (len(api.pod_patches), len(api.events)) == (patches, events)  # not told again
     assert sorted(n for _, n, s in api.evictions if s == 201) == ["notebook", "trainer-0"]
 
 
 async def test_an_exclusion_waits_for_the_critical_grace_before_evicting(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.EXCLUDE)
         assert annotated(api) == dict.fromkeys(ELIGIBLE, rfc3339(T0 + 20.0))
         clock.now = T0 + 19.0
         await r.cycles()
         assert not api.evictions
         clock.now = T0 + 20.0
-        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted")
+        await wait_until(r.closed, what="evicted")
     assert sorted(n for _, n, s in api.evictions if s == 201) == ["notebook", "trainer-0"]
 
 
 async def test_an_api_server_down_at_the_notice_delays_it_and_loses_nothing(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    api: FakeKubeApi,
+    caplog: pytest.LogCaptureFixture,
+    run: Callable[[Clock], Notices],
 ) -> None:
     caplog.set_level("INFO")
     a_node_of_every_kind(api)
     port = int(api.url.rsplit(":", 1)[1])
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await api.stop()
         r.notices.settled(decision("node-a", Action.DRAIN), Status.CONFIRMED, "read back")
         await wait_until(lambda: r.failures() >= 1, what="a failed attempt")
@@ -298,12 +319,13 @@ async def test_an_api_server_down_at_the_notice_delays_it_and_loses_nothing(
 
 
 async def test_a_server_gone_between_list_and_patch_asks_that_pod_again(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     api.add_pod("ml", "trainer-0", "node-a")
     api.forbid = {"patch pods"}  # listed, then refused: the pod is not told
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         r.notices.settled(decision("node-a", Action.DRAIN), Status.CONFIRMED, "read back")
         await wait_until(lambda: r.failures() >= 1)
         assert r.notice().jobs["ml/trainer-0"].signal_started_at is None
@@ -314,12 +336,14 @@ async def test_a_server_gone_between_list_and_patch_asks_that_pod_again(
 
 
 async def test_a_forbidden_eviction_is_logged_visible_and_asked_again_slowly(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    api: FakeKubeApi,
+    caplog: pytest.LogCaptureFixture,
+    run: Callable[[Clock], Notices],
 ) -> None:
     api.add_pod("ml", "trainer-0", "node-a")
     api.forbid = {"create pods/eviction"}
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         clock.now = T0 + 600.0
         await wait_until(lambda: r.notice().retry_at > clock.now, what="the 403, backed off")
@@ -331,38 +355,40 @@ async def test_a_forbidden_eviction_is_logged_visible_and_asked_again_slowly(
         assert len(errors) == 1 and "403" in errors[0].getMessage()
         api.forbid = set()  # the operator fixes the ClusterRole
         clock.now = n.retry_at
-        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted once allowed")
+        await wait_until(r.closed, what="evicted once allowed")
     assert [s for _, _, s in api.evictions] == [403, 201]
 
 
 async def test_a_pod_name_with_odd_characters_is_told_and_evicted_by_its_own_name(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     odd = "train.v2-x?y#z%41 é"  # no real pod is named so: the path must be quoted all the same
     api.add_pod("ml", odd, "node-a")
     api.add_pod("ml", "train.v2-x", "node-a")  # what a careless client would hit instead
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         assert set(annotated(api)) == {("ml", odd), ("ml", "train.v2-x")}
         assert len(api.pod_events("ml", odd)) == 1
         clock.now = T0 + 600.0
-        await wait_until(lambda: r.notices.current("node-a") is None)
+        await wait_until(r.closed)
     assert sorted(n for _, n, s in api.evictions if s == 201) == sorted([odd, "train.v2-x"])
 
 
 async def test_hundreds_of_pods_are_each_told_once_and_evicted(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     for i in range(300):
         api.add_pod(f"ns-{i % 7}", f"worker-{i}", "node-a")
     for i in range(50):
         api.add_pod("ml", f"other-{i}", "node-b")
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN, timeout=120)
         clock.now = T0 + 600.0
-        await wait_until(lambda: r.notices.current("node-a") is None, timeout=120)
+        await wait_until(r.closed, timeout=120)
         (notice,) = r.notices.all()
     assert len(notice.jobs) == 300 and len(api.pod_patches) == 300 and len(api.events) == 300
     assert sum(s == 201 for _, _, s in api.evictions) == 300
@@ -388,19 +414,21 @@ async def test_pods_of_the_adapter_alone_gone_and_forbidden(
 
 
 async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and_no_more(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    token_file: Path,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     sink = KubernetesSink(connection(api_url=api.url, token_file=token_file))
     clock = Clock()
     try:
-        async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+        async with run(clock) as r:
             await sink.deliver(decision("node-a", Action.DRAIN))
             await sink.read_state(["node-a"])
             await sink.list_nodes()
             await applied(r, Action.DRAIN)
             clock.now = T0 + 600.0
-            await wait_until(lambda: r.notices.current("node-a") is None)
+            await wait_until(r.closed)
             await sink.deliver(decision("node-a", Action.RESUME, 2))
     finally:
         await sink.close()
@@ -418,11 +446,12 @@ async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and
 
 
 async def test_an_exclusion_during_a_drain_tells_the_pods_the_earlier_deadline(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         assert annotated(api) == dict.fromkeys(ELIGIBLE, rfc3339(T0 + 600.0))
         clock.now = T0 + 100.0
@@ -431,7 +460,7 @@ async def test_an_exclusion_during_a_drain_tells_the_pods_the_earlier_deadline(
         await wait_until(lambda: told(r), what="told the new deadline")
         assert not api.evictions
         clock.now = T0 + 120.0
-        await wait_until(lambda: r.notices.current("node-a") is None, what="evicted")
+        await wait_until(r.closed, what="evicted")
     for ns, name in ELIGIBLE:
         first, second = api.pod_events(ns, name)
         assert rfc3339(T0 + 600.0) in first["message"]
@@ -439,16 +468,17 @@ async def test_an_exclusion_during_a_drain_tells_the_pods_the_earlier_deadline(
 
 
 async def test_a_resume_before_the_deadline_takes_the_annotation_back(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+    api: FakeKubeApi,
+    run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
     api.pods[("ml", "notebook")]["metadata"]["annotations"]["team"] = "vision"
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         r.notices.settled(decision("node-a", Action.RESUME, 2), Status.CONFIRMED, "read back")
         await wait_until(lambda: not annotated(api), what="annotations removed")
-        await wait_until(lambda: r.notices.current("node-a") is None)
+        await wait_until(r.closed)
     assert api.pods[("ml", "notebook")]["metadata"]["annotations"] == {"team": "vision"}
     for ns, name in ELIGIBLE:
         _, withdrawn = api.pod_events(ns, name)
@@ -483,15 +513,17 @@ async def test_a_crash_while_telling_completes_the_pod_only_where_it_did_not_lan
 
 
 async def test_a_bare_pod_is_told_and_left_running_not_evicted_for_good(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    api: FakeKubeApi,
+    caplog: pytest.LogCaptureFixture,
+    run: Callable[[Clock], Notices],
 ) -> None:
     api.add_pod("ml", "scratch", "node-a", bare=True)  # `kubectl run`: no controller
     api.add_pod("ml", "trainer-0", "node-a")
     clock = Clock()
-    async with notices_on(tmp_path / "o.db", api, token_file, clock) as r:
+    async with run(clock) as r:
         await applied(r, Action.DRAIN)
         clock.now = T0 + 600.0
-        await wait_until(lambda: r.notices.current("node-a") is None)
+        await wait_until(r.closed)
         (notice,) = r.notices.all()
     assert ("ml", "scratch") in annotated(api) and ("ml", "scratch") in api.pods
     assert [n for _, n, _ in api.evictions] == ["trainer-0"]

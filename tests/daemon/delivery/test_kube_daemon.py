@@ -6,7 +6,6 @@ the fake API server over HTTP; only the NVML library is simulated.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,12 +13,10 @@ from pathlib import Path
 import aiohttp
 
 from adapters.schedulers.kube_pods import CHECKPOINT_ANNOTATION, EVENT_REASON
-from adapters.sensors.nvml import NvmlAdapter
-from daemon.config import parse_config
 from daemon.service.app import Daemon
 from fakes.kube_api import Budget, FakeKubeApi
 from fakes.nvml import FakeNvml, fake_node
-from tests.support.daemon_harness import config_text
+from tests.support.daemon_harness import config_text, running
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
@@ -35,14 +32,8 @@ async def daemon_on(api: FakeKubeApi, nvml: FakeNvml, tmp_path: Path) -> AsyncIt
         f'type = "kubernetes"\napi_url = "{api.url}"\ntoken_file',
     )
     text += f'outbox_path = "{tmp_path / "o.db"}"\ncheckpoint_grace_s = 2.0\n'
-    daemon = Daemon(parse_config(text), adapters={"gpus": NvmlAdapter("gpus", nvml)})
-    task = asyncio.create_task(daemon.run(handle_signals=False))
-    try:
-        await asyncio.wait_for(daemon.ready.wait(), 5)
+    async with running(text, nvml) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
-        await asyncio.wait_for(task, 5)
 
 
 async def test_a_hot_gpu_cordons_the_node_tells_its_pods_and_evicts_them_after_the_grace(
