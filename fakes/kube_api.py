@@ -9,18 +9,28 @@ It enforces the semantics a careless client gets wrong:
 - merge patches (JSON merge and strategic merge) replace lists whole:
   ``spec.taints`` has no patch merge key, so a patch carrying one taint drops
   every other;
-- the policy/v1 Eviction API answers 429 while a PodDisruptionBudget allows no
-  disruption;
-- a missing or wrong bearer token is 401.
+- pods are listed by ``fieldSelector=spec.nodeName=N`` (an unsupported field
+  label is 400, as the real server says it); a pod is patched (merge or
+  strategic merge: annotations merge) and answers 404 once it is gone;
+- a core/v1 Event must name an object of its own namespace (422 otherwise);
+- the policy/v1 Eviction API answers 429 (with the ``DisruptionBudget`` cause)
+  while a PodDisruptionBudget allows no disruption, 201 with a Status when it
+  evicts, 404 for a pod that is gone; an evicted pod is deleted, or only marked
+  terminating (``deletionTimestamp``) with ``keep_terminating``;
+- a missing or wrong bearer token is 401; ``forbid`` ("patch nodes",
+  "create pods/eviction", ...) is RBAC's 403 in the server's words.
 
 Fault controls: ``race_next_patch`` changes the node (adds a taint of its own)
-just before the next PATCH is applied, as another controller would.
+just before the next PATCH is applied, as another controller would; ``stop()``
+then ``start(port)`` is a server that goes away and comes back.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+import itertools
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,8 +110,10 @@ def merge_patch(doc: Any, patch: Any) -> Any:
     return out
 
 
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {
+def _status(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> web.Response:
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -110,7 +122,54 @@ def _status(code: int, reason: str, message: str) -> web.Response:
         "reason": reason,
         "code": code,
     }
+    if details is not None:
+        body["details"] = details
     return web.Response(body=orjson.dumps(body), status=code, content_type="application/json")
+
+
+def _apply_patch(ctype: str, doc: dict[str, Any], body: Any) -> dict[str, Any] | web.Response:
+    """The patched copy of ``doc``, or the error the API server answers."""
+    try:
+        if ctype == "application/json-patch+json":
+            if not isinstance(body, list):
+                return _status(400, "BadRequest", "a JSON Patch must be an array")
+            patched: dict[str, Any] = json_patch(doc, body)
+            return patched
+        if ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            merged: dict[str, Any] = merge_patch(doc, body)
+            return merged
+    except PatchFailed as err:
+        return _status(422, "Invalid", str(err))
+    return _status(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
+
+
+ACCOUNT = "system:serviceaccount:rackguard:rackguard"
+# Each route as RBAC sees it: (verb, resource), as a ClusterRole grants it.
+RBAC = {
+    ("GET", "/api/v1/nodes"): ("list", "nodes"),
+    ("GET", "/api/v1/nodes/{name}"): ("get", "nodes"),
+    ("PATCH", "/api/v1/nodes/{name}"): ("patch", "nodes"),
+    ("GET", "/api/v1/pods"): ("list", "pods"),
+    ("PATCH", "/api/v1/namespaces/{ns}/pods/{name}"): ("patch", "pods"),
+    ("POST", "/api/v1/namespaces/{ns}/pods/{name}/eviction"): ("create", "pods/eviction"),
+    ("POST", "/api/v1/namespaces/{ns}/events"): ("create", "events"),
+}
+
+
+def _forbidden(verb: str, resource: str, name: str, namespace: str = "") -> web.Response:
+    kind = resource.split("/", maxsplit=1)[0]
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    return _status(
+        403,
+        "Forbidden",
+        f'{kind} "{name}" is forbidden: User "{ACCOUNT}" cannot {verb} resource '
+        f'"{resource}" in API group "" {scope}',
+        {"name": name, "kind": kind},
+    )
+
+
+def _not_found(kind: str, name: str) -> web.Response:
+    return _status(404, "NotFound", f'{kind} "{name}" not found', {"name": name, "kind": kind})
 
 
 @dataclass
@@ -132,11 +191,16 @@ class FakeKubeApi:
     events: list[dict[str, Any]] = field(default_factory=list)
     patches: list[tuple[str, str, Any]] = field(default_factory=list)  # node, type, body
     evictions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, status
+    pod_patches: list[tuple[str, str, Any]] = field(default_factory=list)  # ns/pod, type, body
     race_next_patch: int = 0  # change the node before the next N patches
     forbid_patch: bool = False  # RBAC: the account may not patch nodes
+    forbid: set[str] = field(default_factory=set)  # RBAC: "patch pods", "create pods/eviction"
+    used: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) asked for
+    keep_terminating: bool = False  # an evicted pod stays, terminating, until removed
     resource_version: int = 100
     url: str = ""
     _runner: web.AppRunner | None = None
+    _names: Iterator[int] = field(default_factory=itertools.count)
 
     # ------------------------------------------------------------------ fixtures
 
@@ -174,16 +238,53 @@ class FakeKubeApi:
         *,
         labels: dict[str, str] | None = None,
         daemonset: bool = False,
+        mirror: bool = False,
+        bare: bool = False,
+        phase: str = "Running",
     ) -> None:
-        """A running pod bound to ``node``."""
-        meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+        """A pod on ``node``: a ReplicaSet's or a DaemonSet's, bare, or a static pod's mirror."""
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "resourceVersion": self._bump(),
+            "labels": labels or {},
+            "annotations": {},
+        }
         if daemonset:
-            meta["ownerReferences"] = [{"kind": "DaemonSet", "name": "ds", "controller": True}]
+            owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds"}
+        else:
+            owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs"}
+        meta["ownerReferences"] = [{**owner, "uid": f"uid-{owner['name']}", "controller": True}]
+        if bare:  # created on its own: no controller starts it again
+            del meta["ownerReferences"]
+        if mirror:  # a static pod's mirror: owned by the Node, marked by the kubelet
+            meta["annotations"]["kubernetes.io/config.mirror"] = "0f1e2d3c"
+            meta["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "controller": True}
+            ]
         self.pods[(namespace, name)] = {
+            "kind": "Pod",
+            "apiVersion": "v1",
             "metadata": meta,
             "spec": {"nodeName": node},
-            "status": {"phase": "Running"},
+            "status": {"phase": phase},
         }
+
+    def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The Events recorded on one pod."""
+        return [
+            e
+            for e in self.events
+            if e["involvedObject"].get("kind") == "Pod"
+            and (e["involvedObject"].get("namespace"), e["involvedObject"].get("name"))
+            == (namespace, name)
+        ]
+
+    def remove_terminating(self) -> None:
+        """The kubelet finishes stopping the pods being deleted."""
+        for key in [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]:
+            del self.pods[key]
 
     def edit_node(self, name: str, patch: dict[str, Any]) -> None:
         """Someone else changes the node (a merge patch, lists replaced whole)."""
@@ -193,18 +294,19 @@ class FakeKubeApi:
 
     # ------------------------------------------------------------------ server
 
-    async def start(self) -> str:
-        """Serve on a free loopback port; returns the base URL."""
+    async def start(self, port: int = 0) -> str:
+        """Serve on loopback (a free port, or ``port`` to come back where it was); the base URL."""
         app = web.Application(middlewares=[self._auth])
         app.router.add_get("/api/v1/nodes", self._list_nodes)
         app.router.add_get("/api/v1/nodes/{name}", self._get_node)
         app.router.add_patch("/api/v1/nodes/{name}", self._patch_node)
         app.router.add_get("/api/v1/pods", self._list_pods)
+        app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self._patch_pod)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/eviction", self._evict)
         app.router.add_post("/api/v1/namespaces/{ns}/events", self._event)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)
         await site.start()
         self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
         return self.url
@@ -219,6 +321,9 @@ class FakeKubeApi:
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return _status(401, "Unauthorized", "Unauthorized")
+        route = request.match_info.route.resource
+        if route is not None:
+            self.used.add(RBAC[(request.method, route.canonical)])
         resp: web.StreamResponse = await handler(request)
         return resp
 
@@ -260,20 +365,9 @@ class FakeKubeApi:
             )
             self.edit_node(name, {"spec": {"taints": taints}})
         current = self.nodes[name]
-        try:
-            if ctype == "application/json-patch+json":
-                if not isinstance(body, list):
-                    return _status(400, "BadRequest", "a JSON Patch must be an array")
-                patched = json_patch(current, body)
-            elif ctype in (
-                "application/merge-patch+json",
-                "application/strategic-merge-patch+json",
-            ):
-                patched = merge_patch(current, body)
-            else:
-                return _status(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
-        except PatchFailed as err:
-            return _status(422, "Invalid", str(err))
+        patched = _apply_patch(ctype, current, body)
+        if isinstance(patched, web.Response):
+            return patched
         stored = current["metadata"]["resourceVersion"]
         if patched.get("metadata", {}).get("resourceVersion") != stored:
             return _status(
@@ -289,40 +383,111 @@ class FakeKubeApi:
         return self._json(patched)
 
     async def _list_pods(self, request: web.Request) -> web.Response:
-        selector = request.query.get("fieldSelector", "")
         items = list(self.pods.values())
-        if selector.startswith("spec.nodeName="):
-            node = selector.removeprefix("spec.nodeName=")
-            items = [p for p in items if p["spec"]["nodeName"] == node]
-        return self._json({"kind": "PodList", "items": items})
+        selector = request.query.get("fieldSelector", "")
+        for term in filter(None, selector.split(",")):
+            label, op, value = term.partition("!=") if "!=" in term else term.partition("=")
+            value = value.removeprefix("=")  # "==" is "="
+            if label != "spec.nodeName":
+                return _status(
+                    400,
+                    "BadRequest",
+                    f'"{label}" is not a known field selector: only "spec.nodeName"',
+                )
+            keep = op == "="
+            items = [p for p in items if (p["spec"]["nodeName"] == value) == keep]
+        return self._json({"kind": "PodList", "apiVersion": "v1", "items": items})
+
+    async def _patch_pod(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if "patch pods" in self.forbid:
+            return _forbidden("patch", "pods", name, ns)
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            return _not_found("pods", name)
+        ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _status(400, "BadRequest", "invalid JSON in patch")
+        self.pod_patches.append((f"{ns}/{name}", ctype, body))
+        patched = _apply_patch(ctype, pod, body)
+        if isinstance(patched, web.Response):
+            return patched
+        if (patched["metadata"].get("name"), patched["metadata"].get("namespace")) != (name, ns):
+            return _status(422, "Invalid", "metadata.name and metadata.namespace are immutable")
+        if patched == pod:  # a patch that changes nothing (a "test") changes no version
+            return self._json(pod)
+        patched["metadata"]["resourceVersion"] = self._bump()
+        self.pods[(ns, name)] = patched
+        return self._json(patched)
 
     async def _evict(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
-        body = orjson.loads(await request.read())
-        if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1":
+        if "create pods/eviction" in self.forbid:
+            self.evictions.append((ns, name, 403))
+            return _forbidden("create", "pods/eviction", name, ns)
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _status(400, "BadRequest", "invalid JSON in eviction")
+        if (
+            not isinstance(body, dict)
+            or body.get("kind") != "Eviction"
+            or body.get("apiVersion") != "policy/v1"
+        ):
             return _status(400, "BadRequest", "expected a policy/v1 Eviction")
+        if (body.get("metadata") or {}).get("name") != name:
+            return _status(400, "BadRequest", "name in URL does not match name in Eviction object")
         pod = self.pods.get((ns, name))
         if pod is None:
             self.evictions.append((ns, name, 404))
-            return _status(404, "NotFound", f'pods "{name}" not found')
+            return _not_found("pods", name)
         labels = pod["metadata"].get("labels", {})
         for budget in self.budgets:
             k, v = budget.label
             if labels.get(k) == v:
                 if budget.disruptions_allowed <= 0:
                     self.evictions.append((ns, name, 429))
+                    cause = {
+                        "reason": "DisruptionBudget",
+                        "message": f"The disruption budget {v}-pdb needs 1 healthy pods "
+                        "and has 1 currently",
+                    }
                     return _status(
                         429,
                         "TooManyRequests",
                         "Cannot evict pod as it would violate the pod's disruption budget.",
+                        {"causes": [cause]},
                     )
                 budget.disruptions_allowed -= 1
-        del self.pods[(ns, name)]
+        if self.keep_terminating:
+            pod["metadata"]["deletionTimestamp"] = time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+            )
+        else:
+            del self.pods[(ns, name)]
         self.evictions.append((ns, name, 201))
-        return self._json({"kind": "Status", "status": "Success", "code": 201}, 201)
+        done = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+        return self._json({**done, "code": 201}, 201)
 
     async def _event(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        if "create events" in self.forbid:
+            return _forbidden("create", "events", "", ns)
         event = orjson.loads(await request.read())
-        event.setdefault("metadata", {})["name"] = f"rackguard-{len(self.events)}"
+        meta = event.setdefault("metadata", {})
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") != "Node" and involved.get("namespace") != ns:
+            return _status(
+                422,
+                "Invalid",
+                f'Event "{meta.get("name", "")}" is invalid: involvedObject.namespace: Invalid '
+                f'value: "{involved.get("namespace", "")}": does not match event.namespace',
+            )
+        meta["name"] = (
+            meta.get("name") or f"{meta.get('generateName', 'event-')}{next(self._names)}"
+        )
+        meta["namespace"] = ns
         self.events.append(event)
         return self._json(event, 201)

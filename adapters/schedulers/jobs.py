@@ -1,7 +1,8 @@
 """What a scheduler offers for the work already running on a node: list, notify, requeue.
 
-A drain stops new work only; the job already on the node is told (a signal) and,
-after its grace, requeued — never killed. Each scheduler implements JobControl.
+A drain stops new work only; the job already on the node is told (a Slurm
+signal, a Kubernetes pod annotation and Event) and, after its grace, requeued
+(Slurm) or evicted (Kubernetes) — never killed. Each scheduler implements JobControl.
 """
 
 from __future__ import annotations
@@ -27,10 +28,29 @@ class Outcome(enum.StrEnum):
     DONE = "done"  # signalled / requeued
     GONE = "gone"  # the job ended before we got to it
     REFUSED = "refused"  # the scheduler will not (e.g. a job submitted with --no-requeue)
+    BLOCKED = "blocked"  # not now (a PodDisruptionBudget): asked again later, with backoff
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeTerms:
+    """What a job is told: how, by when, and why."""
+
+    signal: str  # how: a signal name ("USR1") or the scheduler's own means ("annotation")
+    checkpoint_by: float  # Unix time
+    reason: str
+    domain: str
 
 
 class JobControlError(Exception):
-    """The scheduler could not be asked (unreachable, timed out): retry later."""
+    """The scheduler could not be asked (unreachable, timed out): retry later.
+
+    ``permanent``: refused for a cause an operator fixes (a missing permission):
+    retried much more slowly and reported, like a refused delivery.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class JobControl(Protocol):
@@ -41,8 +61,19 @@ class JobControl(Protocol):
     async def running(self, node: str) -> Sequence[RunningJob]:
         """The jobs running on ``node`` now; raises JobControlError."""
 
-    async def notify(self, job: RunningJob, signal: str) -> tuple[Outcome, str]:
-        """Send ``signal`` (e.g. "USR1") to the job; (outcome, the scheduler's words)."""
+    async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
+        """Tell the job (e.g. send ``terms.signal``); (outcome, the scheduler's words)."""
+
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        """A job told before: make what it was told say ``terms`` (None: take it back).
+
+        Idempotent: called again after a restart, or for a job already told these
+        terms, it changes nothing. A scheduler whose notice carries no terms (a
+        signal) does nothing and answers REFUSED.
+        """
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
-        """Put the job back in the queue to run again later; (outcome, the scheduler's words)."""
+        """Move the job off the node to run again elsewhere or later (requeue, evict).
+
+        (outcome, the scheduler's words); BLOCKED: ask again later.
+        """

@@ -1,9 +1,11 @@
 """Kubernetes sink: cordon and taint a node (drain / exclude), undo only what rackguard did.
 
-- drain: ``spec.unschedulable = true`` and the taint ``<taint_key>:NoSchedule``;
-  optionally the node's pods are evicted through the policy/v1 Eviction API,
-  which honours PodDisruptionBudgets (429: retried later).
-- exclude: the taint with ``NoExecute`` (the taint manager evicts at once).
+- drain: ``spec.unschedulable = true`` and the taint ``<taint_key>=drain:NoSchedule``;
+  the pods keep running. Their notice (an annotation and an Event per pod) and
+  their eviction after the grace are the job notice's (kube_pods.py).
+- exclude: the taint ``<taint_key>=exclude:NoSchedule`` (``exclude_state =
+  "drain"``, the default: the pods are told and evicted after the critical grace)
+  or ``NoExecute`` (``"down"``: the taint manager evicts at once, no grace).
 - resume: our taint removed; the cordon lifted only if rackguard set it
   (annotation ``rackguard.io/cordoned``).
 
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -168,46 +170,20 @@ def _ptr(*parts: str) -> str:
     return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _evictable(pod: Mapping[str, Any]) -> bool:
-    """Pods ``kubectl drain`` would evict: not DaemonSet-owned, not mirror, not finished."""
-    meta = pod.get("metadata", {})
-    if meta.get("deletionTimestamp"):
-        return False
-    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-        return False
-    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-        return False
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+def api_message(body: Any) -> str:
+    """The ``message`` of a Kubernetes Status body (or the body itself)."""
+    return str(body.get("message", "")) if isinstance(body, dict) else str(body)
 
 
-class KubernetesSink:
-    """Delivers decisions to a Kubernetes API server and reads nodes back."""
+class KubeClient:
+    """One API server session: JSON requests with the bearer token, a timeout per request."""
 
-    def __init__(
-        self,
-        conn: KubeConnection,
-        *,
-        taint_key: str = "rackguard.io/thermal",
-        evict_on_drain: bool = False,
-        record_events: bool = True,
-        timeout_s: float = 10.0,
-        conflict_retries: int = 5,
-        event_namespace: str = "default",
-    ) -> None:
-        self.name = "kubernetes"
+    def __init__(self, conn: KubeConnection, *, timeout_s: float = 10.0) -> None:
         self._conn = conn
-        self._taint_key = taint_key
-        self._evict = evict_on_drain
-        self._events = record_events
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._retries = conflict_retries
-        self._event_ns = event_namespace
         self._session: aiohttp.ClientSession | None = None
-        self.conflicts = 0  # resourceVersion races lost and retried
 
-    # ------------------------------------------------------------------ HTTP
-
-    async def _call(
+    async def call(
         self,
         method: str,
         path: str,
@@ -215,6 +191,7 @@ class KubernetesSink:
         *,
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
+        """(HTTP status, the parsed body); raises DeliveryError when the server is not reached."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         try:
@@ -242,13 +219,47 @@ class KubernetesSink:
         except orjson.JSONDecodeError:
             return status, {"message": raw.decode(errors="replace")[:200]}
 
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class KubernetesSink:
+    """Delivers decisions to a Kubernetes API server and reads nodes back."""
+
+    def __init__(
+        self,
+        conn: KubeConnection,
+        *,
+        taint_key: str = "rackguard.io/thermal",
+        exclude_state: Literal["drain", "down"] = "drain",
+        record_events: bool = True,
+        timeout_s: float = 10.0,
+        conflict_retries: int = 5,
+        event_namespace: str = "default",
+    ) -> None:
+        self.name = "kubernetes"
+        self.client = KubeClient(conn, timeout_s=timeout_s)
+        self._call = self.client.call
+        self._taint_key = taint_key
+        # "drain": an exclusion is NoSchedule too, its pods evicted after the grace.
+        self.exclude_down = exclude_state == "down"
+        self._events = record_events
+        self._retries = conflict_retries
+        self._event_ns = event_namespace
+        self.conflicts = 0  # resourceVersion races lost and retried
+
+    # ------------------------------------------------------------------ HTTP
+
     @staticmethod
     def _fail(what: str, status: int, body: Any) -> DeliveryError:
-        message = body.get("message", "") if isinstance(body, dict) else str(body)
+        message = api_message(body)
         if status == 403:
             return DeliveryError(
-                f"{what}: HTTP 403 Forbidden: {message} (the account needs get/patch on nodes"
-                ", list on pods and create on pods/eviction and events)",
+                f"{what}: HTTP 403 Forbidden: {message} (the account needs get, list and"
+                " patch on nodes and create on events; see the shipped ClusterRole)",
                 permanent=True,
                 reason="auth",
             )
@@ -263,13 +274,6 @@ class KubernetesSink:
                 f"{name}: no such Kubernetes node", permanent=True, reason="not_found"
             )
         raise self._fail(f"GET node {name}", status, body)
-
-    async def _pods_on(self, name: str) -> list[dict[str, Any]]:
-        selector = quote(f"spec.nodeName={name}", safe="=")
-        status, body = await self._call("GET", f"/api/v1/pods?fieldSelector={selector}")
-        if status != 200 or not isinstance(body, dict):
-            raise self._fail(f"list pods on {name}", status, body)
-        return [p for p in body.get("items") or [] if _evictable(p)]
 
     # ------------------------------------------------------------------ reads
 
@@ -320,23 +324,15 @@ class KubernetesSink:
                         out[name] = NodeView(name, exists=False)
                         continue
                     raise
-                view = self._view(node)
-                if self._evict and view.drained and not view.foreign and not view.down:
-                    pods = await self._pods_on(name)
-                    if pods:
-                        view = NodeView(
-                            view.node,
-                            drained=True,
-                            reason=view.reason,
-                            detail=view.detail,
-                            unsettled=f"{len(pods)} pod(s) to evict",
-                        )
-                out[name] = view
+                out[name] = self._view(node)
         except DeliveryError as err:
             raise NodeReadError(str(err), permanent=err.permanent) from err
         return out
 
     # ------------------------------------------------------------------ writes
+
+    def _effect(self, action: Action) -> str:
+        return EFFECT[action] if self.exclude_down else "NoSchedule"
 
     def _patch_for(self, node: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
         meta = node.get("metadata", {})
@@ -360,7 +356,7 @@ class KubernetesSink:
                 {
                     "key": self._taint_key,
                     "value": decision.action.value,
-                    "effect": EFFECT[decision.action],
+                    "effect": self._effect(decision.action),
                 },
             ]
             if not cordoned:
@@ -376,7 +372,7 @@ class KubernetesSink:
         return ops
 
     async def deliver(self, decision: Decision) -> None:
-        """Apply the decision with a resourceVersion-guarded JSON Patch; then evict if asked."""
+        """Apply the decision with a resourceVersion-guarded JSON Patch; record an Event."""
         name = decision.node
         path = f"/api/v1/nodes/{quote(name, safe='')}"
         patched = False
@@ -407,33 +403,6 @@ class KubernetesSink:
                 await self._record_event(node, decision)
             except DeliveryError as err:
                 log.warning("%s: could not record the Event: %s", name, err)
-        if decision.action is Action.DRAIN and self._evict:
-            await self._evict_pods(name)
-
-    async def _evict_pods(self, name: str) -> None:
-        blocked: list[str] = []
-        for pod in await self._pods_on(name):
-            meta = pod["metadata"]
-            ns, pod_name = meta.get("namespace", "default"), meta["name"]
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": pod_name, "namespace": ns},
-            }
-            status, resp = await self._call(
-                "POST", f"/api/v1/namespaces/{ns}/pods/{pod_name}/eviction", body
-            )
-            if status in (200, 201, 404):
-                continue
-            if status == 429:  # a PodDisruptionBudget says not now
-                blocked.append(f"{ns}/{pod_name}")
-                continue
-            raise self._fail(f"evict {ns}/{pod_name}", status, resp)
-        if blocked:
-            raise DeliveryError(
-                f"{name}: eviction of {', '.join(blocked)} blocked by a PodDisruptionBudget "
-                "(HTTP 429); retrying later"
-            )
 
     async def _record_event(self, node: Mapping[str, Any], decision: Decision) -> None:
         meta = node.get("metadata", {})
@@ -464,6 +433,4 @@ class KubernetesSink:
 
     async def close(self) -> None:
         """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.client.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from adapters.schedulers.command import run_command
-from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
+from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
 
 SignalScope = Literal["full", "batch", "steps"]
 _SCOPE_FLAG = {"full": ("--full",), "batch": ("--batch",), "steps": ()}
@@ -65,11 +65,16 @@ class SlurmJobs:
             raise JobControlError(f"squeue -w {node}: rc={rc}: {err or out}")
         return parse_squeue(out)
 
-    async def notify(self, job: RunningJob, signal: str) -> tuple[Outcome, str]:
+    async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
         """``scancel --signal=SIG [--full|--batch] JOB``."""
+        signal = terms.signal
         flags = _SCOPE_FLAG[self._scope]
         rc, out, err = await self._run([*self._scancel, f"--signal={signal}", *flags, job.job_id])
         return self._outcome(f"scancel --signal={signal}", job, rc, out, err)
+
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        """Nothing: a signal carries no deadline and cannot be taken back."""
+        return Outcome.REFUSED, "a signal cannot be revised"
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """``scontrol requeue JOB``."""

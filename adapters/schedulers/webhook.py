@@ -4,6 +4,11 @@ The signature covers ``<timestamp>.<body>`` so a receiver can reject replays
 older than its tolerance: ``X-Rackguard-Signature: sha256=<hex>`` and
 ``X-Rackguard-Timestamp: <unix seconds>``. ``Idempotency-Key`` repeats the
 decision's key so a receiver can drop duplicates of a retried delivery.
+
+The body is the decision as the API shows it, plus ``checkpoint_by``: the
+deadline by which the node's running work should checkpoint (RFC 3339 UTC,
+counted from the decision's time: the grace of a drain or of an exclusion), or
+null for a resume. It is the last key, so the decision's own bytes are unchanged.
 """
 
 from __future__ import annotations
@@ -11,14 +16,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from typing import Any
 
 import aiohttp
 import orjson
 
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.bounded import read_error_body
-from adapters.schedulers.decision_json import decision_to_dict
-from policies.model import Decision
+from adapters.schedulers.decision_json import decision_to_dict, rfc3339
+from policies.model import Action, Decision
 
 SIGNATURE_HEADER = "X-Rackguard-Signature"
 TIMESTAMP_HEADER = "X-Rackguard-Timestamp"
@@ -33,10 +39,18 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
 class WebhookSink:
     """Delivers decisions to one URL."""
 
-    def __init__(self, url: str, secret: bytes, *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        secret: bytes,
+        *,
+        timeout_s: float = 5.0,
+        grace_s: tuple[float, float] = (540.0, 20.0),
+    ) -> None:
         self.name = "webhook"
         self._url = url
         self._secret = secret
+        self._grace = {Action.DRAIN: grace_s[0], Action.EXCLUDE: grace_s[1]}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
@@ -44,7 +58,7 @@ class WebhookSink:
         """POST one decision; return once the receiver answered 2xx."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
-        body = orjson.dumps(decision_to_dict(decision))
+        body = orjson.dumps(self.payload(decision))
         ts = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
@@ -60,6 +74,12 @@ class WebhookSink:
                 raise http_error(f"HTTP {resp.status} from {self._url}: {text}", resp.status)
         except (aiohttp.ClientError, TimeoutError) as err:
             raise DeliveryError(f"{self._url}: {type(err).__name__}: {err}") from err
+
+    def payload(self, decision: Decision) -> dict[str, Any]:
+        """The decision's wire shape and its ``checkpoint_by``."""
+        grace = self._grace.get(decision.action)
+        deadline = None if grace is None else rfc3339(decision.at + grace)
+        return {**decision_to_dict(decision), "checkpoint_by": deadline}
 
     async def close(self) -> None:
         """Close the HTTP session."""

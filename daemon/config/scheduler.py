@@ -68,7 +68,25 @@ class DeliverySettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WebhookSchedulerConfig(DeliverySettings):
+class NoticeGraceSettings(DeliverySettings):
+    """How long the running work of a drained or excluded node gets: the notice's deadline."""
+
+    # Seconds between a drain and the requeue / eviction of the work still running.
+    # 0: policy.lead_time_s less checkpoint_margin_s.
+    checkpoint_grace_s: float = bounded(0.0, ge=0)
+    checkpoint_margin_s: float = bounded(60.0, ge=0)
+    # The same after an exclusion (a critical reading: little time left).
+    critical_grace_s: float = bounded(20.0, ge=0, le=600)
+
+    def grace_s(self, lead_time_s: float) -> float:
+        """The drain's grace: checkpoint_grace_s, or the lead time less the margin."""
+        if self.checkpoint_grace_s > 0:
+            return self.checkpoint_grace_s
+        return max(lead_time_s - self.checkpoint_margin_s, self.critical_grace_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSchedulerConfig(NoticeGraceSettings):
     """Decisions POSTed as signed JSON to an HTTP endpoint."""
 
     type: Literal["webhook"]
@@ -89,7 +107,7 @@ class WebhookSchedulerConfig(DeliverySettings):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SlurmSchedulerConfig(DeliverySettings):
+class SlurmSchedulerConfig(NoticeGraceSettings):
     """Slurm through slurmrestd (JWT), writing through scontrol where REST cannot."""
 
     type: Literal["slurm"]
@@ -123,23 +141,11 @@ class SlurmSchedulerConfig(DeliverySettings):
     # full: the batch shell, its children and every step (scancel --full);
     # batch: the batch shell only (--batch); steps: the steps only.
     notice_scope: Literal["full", "batch", "steps"] = "full"
-    # Seconds between a drain and the requeue of the jobs still running.
-    # 0: policy.lead_time_s less checkpoint_margin_s.
-    checkpoint_grace_s: float = bounded(0.0, ge=0)
-    checkpoint_margin_s: float = bounded(60.0, ge=0)
-    # The same after an exclusion (a critical reading: little time left).
-    critical_grace_s: float = bounded(20.0, ge=0, le=600)
     # Requeue jobs still running at the deadline (a job submitted with
     # --no-requeue is left running, and logged). false: tell them only.
     requeue: bool = True
     squeue: tuple[str, ...] = ("squeue",)
     scancel: tuple[str, ...] = ("scancel",)
-
-    def grace_s(self, lead_time_s: float) -> float:
-        """The drain's grace: checkpoint_grace_s, or the lead time less the margin."""
-        if self.checkpoint_grace_s > 0:
-            return self.checkpoint_grace_s
-        return max(lead_time_s - self.checkpoint_margin_s, self.critical_grace_s)
 
     def validate(self) -> Problems:
         """URL, token file, write path, version spelling, the notice's signal."""
@@ -167,8 +173,8 @@ class SlurmSchedulerConfig(DeliverySettings):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class KubernetesSchedulerConfig(DeliverySettings):
-    """Kubernetes: cordon and taint the node; evict its pods if asked."""
+class KubernetesSchedulerConfig(NoticeGraceSettings):
+    """Kubernetes: cordon and taint the node; tell its pods, evict them after the grace."""
 
     type: Literal["kubernetes"]
     # e.g. "https://10.0.0.1:6443". Empty: in-cluster (KUBERNETES_SERVICE_HOST/PORT)
@@ -181,11 +187,22 @@ class KubernetesSchedulerConfig(DeliverySettings):
     kubeconfig: Path | None = None
     insecure_skip_tls_verify: bool = False
     taint_key: str = "rackguard.io/thermal"
-    # Evict the node's pods through the Eviction API on drain (honours PodDisruptionBudgets).
-    evict_on_drain: bool = False
+    # What an exclusion sets: "drain" (a NoSchedule taint: the pods are told, then
+    # evicted after critical_grace_s) or "down" (NoExecute: evicted at once, no grace).
+    exclude_state: Literal["drain", "down"] = "drain"
+    # Evict the pods still on the node at the notice's deadline (Eviction API,
+    # honours PodDisruptionBudgets). false: annotate and tell them only.
+    evict: bool = True
+    # The former name of `evict`; when set, it wins (false: no eviction).
+    evict_on_drain: bool | None = None
     # Record each change as a Kubernetes Event on the node too (the annotation is always set).
     record_events: bool = True
     timeout_s: float = bounded(10.0, gt=0, le=120)
+
+    @property
+    def evicts(self) -> bool:
+        """Whether pods still on the node at the deadline are evicted."""
+        return self.evict if self.evict_on_drain is None else self.evict_on_drain
 
     def validate(self) -> Problems:
         """URL, credentials and the taint key's spelling."""

@@ -6,11 +6,16 @@ exclusion (read back from the scheduler), a *notice* opens with a deadline
 ("checkpoint by T": ``checkpoint_grace_s`` after a drain, ``critical_grace_s``
 after an exclusion), and
 
-1. every job running on the node is sent the configured signal, once per job
-   per notice;
-2. at the deadline, every job still running is requeued where the scheduler
-   allows it; one that cannot be requeued is left running, and logged;
-3. a resume confirmed before the deadline closes the notice: nothing is requeued.
+1. every job running on the node is told — sent the configured signal (Slurm),
+   annotated with its deadline and given an Event (Kubernetes pods) — once per
+   job per notice; a job the scheduler could not be asked about is asked again;
+2. at the deadline, every job still running is requeued (Slurm) or evicted
+   (Kubernetes) where the scheduler allows it; one that cannot be requeued is
+   left running, and logged; one the scheduler says "not now" about (a
+   PodDisruptionBudget's 429) is asked again with backoff until it goes;
+3. a resume confirmed before the deadline closes the notice: nothing is
+   requeued, and what can be taken back is (a pod's annotation; a signal
+   cannot be), once, as far as the scheduler can be reached then.
 
 Each step is written to the decision store's database (tables ``notices`` and
 ``notice_jobs``) before it is taken: a job's row is written before its signal
@@ -21,7 +26,8 @@ open notice is resumed, its requeue still due. A notice that cannot be written
 
 A new drain or exclusion for a node with an open notice keeps that notice (a
 repair by the reconciler, a restart) — an exclusion only brings its deadline
-forward.
+forward, and the jobs already told are told the new deadline where the
+scheduler carries one (a pod's annotation; ``JobControl.revise``).
 """
 
 from __future__ import annotations
@@ -36,8 +42,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from adapters.schedulers.jobs import JobControl, JobControlError, Outcome
-from daemon.delivery.deliverer import Sleep, wait_or_wake
+from adapters.schedulers.jobs import (
+    JobControl,
+    JobControlError,
+    NoticeTerms,
+    Outcome,
+    RunningJob,
+)
+from daemon.delivery.deliverer import REFUSED_SLOWDOWN, Sleep, wait_or_wake
 from daemon.delivery.outbox import DecisionStore, Status, StorageError
 from daemon.service.backoff import capped_backoff
 from policies.model import Action, Decision
@@ -53,7 +65,7 @@ IN_FLIGHT = "unknown: the daemon stopped while signalling; not signalled again"
 class NoticeSettings:
     """How jobs are told and how long they get."""
 
-    signal: str = "USR1"  # "" : no signal (the notice endpoint only)
+    signal: str = "USR1"  # how jobs are told ("annotation": pods); "": not (the endpoint only)
     checkpoint_grace_s: float = 540.0  # after a drain
     critical_grace_s: float = 20.0  # after an exclusion
     requeue: bool = True
@@ -110,6 +122,7 @@ class Notice:
     jobs: dict[str, JobNote] = field(default_factory=dict)
     retry_at: float = 0.0  # wall clock: after a failed step, not before
     failures: int = 0
+    error: str = ""  # why the last step failed ("" once it went through): for the API
 
     @property
     def ends(self) -> tuple[float | None, float | None, str]:
@@ -133,6 +146,7 @@ class Notice:
             "told_at": self.told_at,
             "closed_at": self.closed_at,
             "closed": self.closed,
+            "error": self.error,
             "jobs": [j.to_dict() for j in self.jobs.values()],
         }
 
@@ -299,6 +313,7 @@ class JobNotices:
             if current is not None:
                 await self._close(current, "resumed before the deadline")
                 log.info("%s: resumed before the deadline; no job requeued", d.node)
+                await self._withdraw(current)
             return
         grace = (
             self.settings.critical_grace_s
@@ -309,6 +324,7 @@ class JobNotices:
         if current is not None:
             if deadline < current.deadline:
                 current.deadline = deadline
+                current.told_at = None  # the jobs told are told the new deadline
                 await self._save(current, partial(_put_notice, n=current))
                 log.info("%s: %s brings the jobs' deadline forward", d.node, d.action)
             return
@@ -328,35 +344,59 @@ class JobNotices:
             delay = capped_backoff(
                 self.settings.retry_initial_s, self.settings.retry_max_s, n.failures
             )
+            # A refusal an operator must fix (RBAC) is asked about far less often.
+            refused = isinstance(err, JobControlError) and err.permanent
+            delay *= REFUSED_SLOWDOWN if refused else 1.0
             n.retry_at = self._wall() + delay
-            level = logging.WARNING if n.failures == 1 else logging.DEBUG
+            first = logging.ERROR if refused else logging.WARNING
+            if str(err) != n.error:
+                n.error = str(err)
+                self._changed(n)
+            level = first if n.failures == 1 else logging.DEBUG
             log.log(level, "%s: job notice: %s; retry in %.0fs", n.node, err, delay)
             return
         if n.failures:
             log.info("%s: job notice: %s reachable again", n.node, self._jobs.name)
         n.failures = 0
         n.retry_at = 0.0
+        if n.error:
+            n.error = ""
+            self._changed(n)
 
     async def _tell(self, n: Notice) -> None:
-        if self.settings.signal:
+        signal = self.settings.signal
+        if signal:
+            terms = NoticeTerms(signal, n.deadline, n.reason, n.domain)
             for job in await self._jobs.running(n.node):
-                if job.job_id in n.jobs:
+                known = n.jobs.get(job.job_id)
+                if known is not None and known.signal_started_at is not None:
+                    # Told before: of an earlier deadline, or a crash came between.
+                    outcome, _ = await self._jobs.revise(job, terms)
+                    if known.signaled == IN_FLIGHT and outcome is not Outcome.REFUSED:
+                        known.signaled = outcome.value  # checked, and completed
+                        await self._save(n, partial(_put_job, key=n.key, j=known))
                     continue
-                note = JobNote(job.job_id, job.name, job.user, self.settings.signal)
+                note = JobNote(job.job_id, job.name, job.user, signal)
                 note.signal_started_at = self._wall()
                 # Durable before the signal: a restart never sends it twice.
                 await self._save(n, partial(_put_job, key=n.key, j=note))
                 n.jobs[job.job_id] = note
-                outcome, said = await self._jobs.notify(job, self.settings.signal)
+                try:
+                    outcome, said = await self._jobs.notify(job, terms)
+                except JobControlError:
+                    # The scheduler said it could not: not told, so asked again.
+                    note.signal_started_at = None
+                    await self._save(n, partial(_put_job, key=n.key, j=note))
+                    raise
                 self.signals_sent += outcome is Outcome.DONE
                 note.signaled = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
                 await self._save(n, partial(_put_job, key=n.key, j=note))
                 log.info(
-                    "%s: job %s (%s) sent SIG%s: %s; checkpoint by %s",
+                    "%s: job %s (%s) told (%s): %s; checkpoint by %s",
                     n.node,
                     job.job_id,
                     job.user,
-                    self.settings.signal,
+                    f"SIG{signal}" if signal.isupper() else signal,
                     note.signaled,
                     time.strftime("%H:%M:%SZ", time.gmtime(n.deadline)),
                 )
@@ -364,15 +404,20 @@ class JobNotices:
         await self._save(n, partial(_put_notice, n=n))
 
     async def _requeue(self, n: Notice) -> None:
+        blocked: list[str] = []
         if self.settings.requeue:
             for job in await self._jobs.running(n.node):
                 note = n.jobs.get(job.job_id) or JobNote(job.job_id, job.name, job.user)
+                if note.requeued.startswith(Outcome.REFUSED):
+                    continue  # left running, logged once
                 n.jobs[job.job_id] = note
                 outcome, said = await self._jobs.requeue(job)
                 note.requeued_at = self._wall()
                 note.requeued = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
                 await self._save(n, partial(_put_job, key=n.key, j=note))
-                if outcome is Outcome.REFUSED:
+                if outcome is Outcome.BLOCKED:
+                    blocked.append(f"{job.job_id} ({said})")
+                elif outcome is Outcome.REFUSED:
                     log.warning(
                         "%s: job %s (%s) cannot be requeued, left running: %s",
                         n.node,
@@ -382,10 +427,35 @@ class JobNotices:
                     )
                 else:
                     log.info("%s: job %s (%s) requeued: %s", n.node, job.job_id, job.user, said)
+        if blocked:
+            # Open until they go: asked again with backoff, never dropped or forced.
+            raise JobControlError(f"not yet: {'; '.join(blocked)}")
         await self._close(n, "requeued" if self.settings.requeue else "deadline passed")
+
+    async def _withdraw(self, n: Notice) -> None:
+        # Best effort, once: the notice is closed whatever the scheduler says.
+        for note in n.jobs.values():
+            if note.signal_started_at is None:
+                continue
+            job = RunningJob(note.job_id, note.name, note.user)
+            try:
+                outcome, said = await self._jobs.revise(job, None)
+            except JobControlError as err:
+                log.warning("%s: the jobs' notice could not be taken back: %s", n.node, err)
+                return
+            log.debug("%s: job %s: notice taken back: %s %s", n.node, job.job_id, outcome, said)
+
+    async def close(self) -> None:
+        """Release what the scheduler's job control holds (an HTTP session)."""
+        close = getattr(self._jobs, "close", None)
+        if close is not None:
+            await close()
 
     async def _save(self, n: Notice, fn: Callable[[sqlite3.Connection], None]) -> None:
         await self._store.write(fn)
+        self._changed(n)
+
+    def _changed(self, n: Notice) -> None:
         if self.on_change is not None:
             self.on_change(n)
 

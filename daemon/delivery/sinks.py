@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from adapters.base import SchedulerSink
 from adapters.schedulers.jobs import JobControl
-from adapters.schedulers.kubernetes import KubernetesSink, connection
+from adapters.schedulers.kube_pods import POD_NOTICE, KubePods
+from adapters.schedulers.kubernetes import KubeClient, KubeConnection, KubernetesSink, connection
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.slurm_jobs import SlurmJobs
@@ -18,7 +19,7 @@ from daemon.config.secrets import read_secret, resolve_secret
 from daemon.delivery.notices import NoticeSettings
 
 
-def build_sink(cfg: SchedulerConfig) -> SchedulerSink:
+def build_sink(cfg: SchedulerConfig, lead_time_s: float) -> SchedulerSink:
     """The scheduler sink for the configured scheduler."""
     if isinstance(cfg, SlurmSchedulerConfig):
         token = None
@@ -42,42 +43,59 @@ def build_sink(cfg: SchedulerConfig) -> SchedulerSink:
             exclude_state=cfg.exclude_state,
         )
     if isinstance(cfg, KubernetesSchedulerConfig):
-        conn = connection(
-            api_url=cfg.api_url,
-            token_file=resolve_secret(cfg.token_file) if cfg.token_file else None,
-            ca_file=cfg.ca_file,
-            kubeconfig=cfg.kubeconfig,
-            insecure_skip_tls_verify=cfg.insecure_skip_tls_verify,
-        )
         return KubernetesSink(
-            conn,
+            _kube_connection(cfg),
             taint_key=cfg.taint_key,
-            evict_on_drain=cfg.evict_on_drain,
+            exclude_state=cfg.exclude_state,
             record_events=cfg.record_events,
             timeout_s=cfg.timeout_s,
         )
-    return WebhookSink(cfg.url, read_secret(cfg.secret_file), timeout_s=cfg.timeout_s)
+    return WebhookSink(
+        cfg.url,
+        read_secret(cfg.secret_file),
+        timeout_s=cfg.timeout_s,
+        grace_s=(cfg.grace_s(lead_time_s), cfg.critical_grace_s),
+    )
+
+
+def _kube_connection(cfg: KubernetesSchedulerConfig) -> KubeConnection:
+    return connection(
+        api_url=cfg.api_url,
+        token_file=resolve_secret(cfg.token_file) if cfg.token_file else None,
+        ca_file=cfg.ca_file,
+        kubeconfig=cfg.kubeconfig,
+        insecure_skip_tls_verify=cfg.insecure_skip_tls_verify,
+    )
 
 
 def build_job_notices(
     cfg: SchedulerConfig | None, lead_time_s: float
 ) -> tuple[JobControl, NoticeSettings] | None:
-    """What tells a node's running jobs of a drain, and how; None where the scheduler has none."""
-    if not isinstance(cfg, SlurmSchedulerConfig):
+    """What tells a node's running jobs of a drain, and how; None where the scheduler has none.
+
+    Raises KubeAuthError when the Kubernetes connection cannot be resolved.
+    """
+    if isinstance(cfg, SlurmSchedulerConfig):
+        jobs: JobControl = SlurmJobs(
+            squeue=cfg.squeue,
+            scancel=cfg.scancel,
+            scontrol=cfg.scontrol,
+            scope=cfg.notice_scope,
+            slurm_conf=cfg.slurm_conf,
+            timeout_s=cfg.timeout_s,
+        )
+        signal, requeue = cfg.notice_signal, cfg.requeue
+    elif isinstance(cfg, KubernetesSchedulerConfig):
+        client = KubeClient(_kube_connection(cfg), timeout_s=cfg.timeout_s)
+        jobs = KubePods(client, record_events=cfg.record_events)
+        signal, requeue = POD_NOTICE, cfg.evicts
+    else:
         return None
-    jobs = SlurmJobs(
-        squeue=cfg.squeue,
-        scancel=cfg.scancel,
-        scontrol=cfg.scontrol,
-        scope=cfg.notice_scope,
-        slurm_conf=cfg.slurm_conf,
-        timeout_s=cfg.timeout_s,
-    )
     settings = NoticeSettings(
-        signal=cfg.notice_signal,
+        signal=signal,
         checkpoint_grace_s=cfg.grace_s(lead_time_s),
         critical_grace_s=cfg.critical_grace_s,
-        requeue=cfg.requeue,
+        requeue=requeue,
         retry_initial_s=cfg.retry_initial_s,
         retry_max_s=cfg.retry_max_s,
     )

@@ -108,7 +108,7 @@ class Daemon:
             raise StartupError(str(err)) from err
         if sink is None and config.scheduler is not None:
             try:
-                sink = build_sink(config.scheduler)
+                sink = build_sink(config.scheduler, config.policy.lead_time_s)
             except KubeAuthError as err:
                 raise StartupError(f"scheduler: {err}") from err
         self.sink = sink
@@ -124,7 +124,10 @@ class Daemon:
             retry_max_s=sched.retry_max_s if sched else 60.0,
             rng=self._rng,
         )
-        notices = build_job_notices(sched, config.policy.lead_time_s)
+        try:
+            notices = build_job_notices(sched, config.policy.lead_time_s)
+        except KubeAuthError as err:
+            raise StartupError(f"scheduler: {err}") from err
         self.notices = JobNotices(self.decisions, *notices) if notices else None
         self.reconciler: Reconciler | None = None
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
@@ -398,6 +401,8 @@ class Daemon:
                     await self.fleet.etcd.close()
                 if self.sink is not None:
                     await self.sink.close()
+                if self.notices is not None:
+                    await self.notices.close()
         self.decisions.close()
         if self.recorder is not None:
             self.recorder.close()

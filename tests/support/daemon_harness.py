@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from adapters.base import SchedulerSink
 from adapters.schedulers.webhook import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
@@ -69,10 +70,16 @@ async def running_daemon(
 ) -> AsyncIterator[Daemon]:
     """A daemon on the fake node, delivering to the receiver; ready when yielded."""
     text = config_text(receiver.url, secret, api_extra=api_extra, scheduler_extra=scheduler_extra)
-    cfg = parse_config(text)
-    daemon = Daemon(
-        cfg, adapters={"gpus": NvmlAdapter("gpus", nvml)}, sink=WebhookSink(receiver.url, SECRET)
-    )
+    async with running(text, nvml, sink=WebhookSink(receiver.url, SECRET)) as daemon:
+        yield daemon
+
+
+@contextlib.asynccontextmanager
+async def running(
+    text: str, nvml: FakeNvml, *, sink: SchedulerSink | None = None
+) -> AsyncIterator[Daemon]:
+    """A daemon of config ``text`` on the fake node (its sink from the config unless given)."""
+    daemon = Daemon(parse_config(text), adapters={"gpus": NvmlAdapter("gpus", nvml)}, sink=sink)
     task = asyncio.create_task(daemon.run(handle_signals=False))
     try:
         await asyncio.wait_for(daemon.ready.wait(), 5)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
+from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
 
 
 class ScriptedJobs:
@@ -19,6 +19,7 @@ class ScriptedJobs:
         self.jobs = jobs
         self.signals: list[str] = []
         self.requeues: list[str] = []
+        self.revisions: list[tuple[str, NoticeTerms | None]] = []
         self.down = False
         self.no_requeue: set[str] = set()
 
@@ -27,9 +28,13 @@ class ScriptedJobs:
             raise JobControlError("slurmctld unreachable")
         return [RunningJob(j, "train", "alice") for j in self.jobs.get(node, [])]
 
-    async def notify(self, job: RunningJob, signal: str) -> tuple[Outcome, str]:
+    async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
         self.signals.append(job.job_id)
         return Outcome.DONE, "ok"
+
+    async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
+        self.revisions.append((job.job_id, terms))
+        return Outcome.REFUSED, "a signal cannot be revised"  # as Slurm
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         if job.job_id in self.no_requeue:

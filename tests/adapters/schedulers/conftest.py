@@ -1,4 +1,5 @@
-"""Fixtures of the real-Slurm tests (marked ``slurm``): one cluster per session."""
+"""Fixtures of the real-Slurm tests (marked ``slurm``: one cluster per session) and the
+Kubernetes tests' service-account token."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.secrets import write_secret
 from tests.support.slurm import NODES, Cluster, free_ports
 
 
@@ -73,3 +75,11 @@ def clean(cluster: Cluster) -> Iterator[Cluster]:
     yield cluster
     for node in NODES:
         cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    """The token the fake Kubernetes API server accepts, in a private file."""
+    path = tmp_path / "token"
+    write_secret(path, "test-token\n")
+    return path

@@ -1,11 +1,14 @@
 """The Kubernetes sink against the fake API server over HTTP: cordon and taints without
-clobbering, resourceVersion races, eviction with disruption budgets, foreign cordons."""
+clobbering, resourceVersion races, exclusion as NoSchedule or NoExecute, foreign cordons.
+
+The pods' notice and eviction are in test_kube_pods.py."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from aiohttp import ClientSession
@@ -21,7 +24,7 @@ from adapters.schedulers.kubernetes import (
 from daemon.config import ConfigError, parse_config
 from daemon.config.scheduler import KubernetesSchedulerConfig
 from daemon.delivery.outbox import Status
-from fakes.kube_api import Budget, FakeKubeApi
+from fakes.kube_api import FakeKubeApi
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.secrets import write_secret
@@ -52,16 +55,11 @@ async def api() -> AsyncIterator[FakeKubeApi]:
     await fake.stop()
 
 
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    write_secret(path, "test-token\n")
-    return path
-
-
-def make_sink(api: FakeKubeApi, token_file: Path, *, evict: bool = False) -> KubernetesSink:
+def make_sink(
+    api: FakeKubeApi, token_file: Path, *, exclude_state: Literal["drain", "down"] = "down"
+) -> KubernetesSink:
     conn = connection(api_url=api.url, token_file=token_file)
-    return KubernetesSink(conn, evict_on_drain=evict)
+    return KubernetesSink(conn, exclude_state=exclude_state)
 
 
 @pytest.fixture
@@ -139,36 +137,21 @@ async def test_a_node_cordoned_by_someone_else_is_left_alone(
     assert api.patches == [] and api.nodes["node-b"]["spec"]["unschedulable"] is True
 
 
-async def test_drain_evicts_pods_honouring_disruption_budgets(
-    api: FakeKubeApi, token_file: Path, tmp_path: Path
+async def test_an_exclusion_by_default_is_a_noschedule_taint_pods_are_not_evicted_at_once(
+    api: FakeKubeApi, token_file: Path
 ) -> None:
-    api.add_pod("ml", "trainer-0", "node-a", labels={"app": "trainer"})
-    api.add_pod("ml", "notebook", "node-a")
-    api.add_pod("kube-system", "gpu-exporter", "node-a", daemonset=True)
-    api.add_pod("ml", "elsewhere", "node-b")
-    budget = Budget(("app", "trainer"), disruptions_allowed=0)
-    api.budgets.append(budget)
-    sink = make_sink(api, token_file, evict=True)
-    outbox = Outbox(tmp_path / "o.db", sink, retry_initial_s=0.01, retry_max_s=0.05)
-    task = asyncio.create_task(outbox.run())
+    api.add_pod("ml", "trainer-0", "node-a")
+    sink = make_sink(api, token_file, exclude_state="drain")
     try:
-        outbox.submit(decision("node-a", Action.DRAIN))
-        await wait_until(lambda: any(s == 429 for _, _, s in api.evictions))
-        await wait_until(lambda: sum(s == 429 for _, _, s in api.evictions) >= 3)  # retried
-        (waiting,) = outbox.pending()
-        assert "PodDisruptionBudget" in waiting.last_error
-        assert len(api.events) == 1  # one Event for the change, not one per retry
+        await sink.deliver(decision("node-a", Action.EXCLUDE))
+        taint = next(t for t in api.nodes["node-a"]["spec"]["taints"] if t["key"] == KEY)
+        assert taint == {"key": KEY, "value": "exclude", "effect": "NoSchedule"}
         view = (await sink.read_state(["node-a"]))["node-a"]
-        assert view.unsettled == "1 pod(s) to evict" and not view.satisfies(Action.DRAIN)
-        budget.disruptions_allowed = 1  # the trainer's replica is back elsewhere
-        await wait_until(lambda: not outbox.pending())
-        assert outbox.confirmed == {"node-a": Action.DRAIN}
+        assert view.satisfies(Action.EXCLUDE, exclude_down=sink.exclude_down)
+        assert not sink.exclude_down and not view.down
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        outbox.close()
         await sink.close()
-    assert set(api.pods) == {("kube-system", "gpu-exporter"), ("ml", "elsewhere")}
+    assert not api.evictions and ("ml", "trainer-0") in api.pods
 
 
 async def test_errors_map_to_permanent_or_transient(
@@ -277,7 +260,10 @@ evict_on_drain = true
 def test_kubernetes_config_loads_and_names_problems(kube_toml: str) -> None:
     cfg = parse_config(kube_toml).scheduler
     assert isinstance(cfg, KubernetesSchedulerConfig)
-    assert cfg.evict_on_drain and cfg.taint_key == KEY and cfg.outbox_path is None
+    assert cfg.evicts and cfg.taint_key == KEY and cfg.outbox_path is None
+    assert cfg.exclude_state == "drain"  # NoSchedule + notice + eviction after the grace
+    # The former key still says what it said: false is no eviction.
+    assert not parse_config(kube_toml.replace("= true", "= false")).scheduler.evicts  # type: ignore[union-attr]
     with pytest.raises(ConfigError) as info:
         parse_config(kube_toml + 'taint_key = "bad key!"\n')
     assert "scheduler.taint_key: not a valid taint key" in str(info.value)

@@ -50,6 +50,23 @@ async def test_webhook_delivers_signed_json(receiver: FakeWebhookScheduler) -> N
     assert receiver.node_state["n1"] == "drained"
 
 
+async def test_the_payload_carries_the_deadline_of_each_action(
+    receiver: FakeWebhookScheduler,
+) -> None:
+    sink = WebhookSink(receiver.url, SECRET, grace_s=(540.0, 20.0))
+    try:
+        for epoch, action in enumerate((Action.DRAIN, Action.EXCLUDE, Action.RESUME), 1):
+            await sink.deliver(decision("n1", action, epoch))
+    finally:
+        await sink.close()
+    # decision() is at Unix time 1.0: the grace counts from the decision.
+    assert [r.payload["checkpoint_by"] for r in receiver.received] == [
+        "1970-01-01T00:09:01Z",
+        "1970-01-01T00:00:21Z",
+        None,
+    ]
+
+
 async def test_wrong_secret_is_an_error_an_operator_fixes(receiver: FakeWebhookScheduler) -> None:
     sink = WebhookSink(receiver.url, b"wrong")
     try:

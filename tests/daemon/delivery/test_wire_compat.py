@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 
 from adapters.schedulers.decision_json import decision_to_dict
+from adapters.schedulers.webhook import WebhookSink
 from daemon.delivery.outbox import _encode, decision_from_dict
 from policies.model import Action, Assessment, Condition, Decision, FaultDomain
 
@@ -52,3 +55,12 @@ def test_a_new_outbox_row_decodes_and_keeps_every_field() -> None:
 
 def test_the_webhook_and_api_payload_is_unchanged_byte_for_byte() -> None:
     assert orjson.dumps(decision_to_dict(DECISION)) == OLD_PAYLOAD
+
+
+def test_the_webhook_payload_is_the_old_one_plus_its_deadline_last() -> None:
+    sink = WebhookSink("http://127.0.0.1:9/", b"k", grace_s=(540.0, 20.0))
+    body = orjson.dumps(sink.payload(DECISION))
+    # Every byte a receiver parsed before, then the new key: 1767225600.25 + 540 s.
+    assert body == OLD_PAYLOAD[:-1] + b',"checkpoint_by":"2026-01-01T00:09:00Z"}'
+    resume = dataclasses.replace(DECISION, action=Action.RESUME)
+    assert orjson.loads(orjson.dumps(sink.payload(resume)))["checkpoint_by"] is None
