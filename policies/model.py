@@ -6,7 +6,7 @@ import enum
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 import msgspec
@@ -54,9 +54,12 @@ class SensorKind(enum.StrEnum):
     ALARM = "alarm"
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One sample of one series, with its quality; a BAD or ABSENT reading carries no value."""
+class Reading(msgspec.Struct, frozen=True):
+    """One sample of one series, with its quality; a BAD or ABSENT reading carries no value.
+
+    A msgspec Struct rather than a dataclass like the other models: a replay decodes
+    millions of readings, and msgspec builds a Struct several times faster.
+    """
 
     source: str
     sensor: str
@@ -69,7 +72,7 @@ class Reading:
     reason: str = ""
     # The device's own time for the value (OPC-UA SourceTimestamp, NVML field timestamp).
     device_ts: float | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
     # When a server in between saw the value (OPC-UA ServerTimestamp).
     server_ts: float | None = None
 

@@ -17,7 +17,6 @@ Floats are written by ``repr``, so a value read back is the value written.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from policies.codec import from_data, to_data
+from policies.codec import from_data, required_fields, to_data
 from policies.model import Assessment, Decision, Reading
 
 FORMAT = "rackguard-trace"
@@ -120,16 +119,8 @@ def encode_decision(d: Decision, mono: float | None = None) -> str:
     return _dumps(decision_dict(d, mono))
 
 
-def _required(cls: type) -> frozenset[str]:
-    return frozenset(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
-
-
-_REQUIRED_READING = _required(Reading)
-_REQUIRED_ASSESSMENT = _required(Assessment)
+_REQUIRED_READING = required_fields(Reading)
+_REQUIRED_ASSESSMENT = required_fields(Assessment)
 # What a trace line may leave out beyond the model's own defaults.
 _READING_DEFAULTS: Mapping[str, Any] = MappingProxyType({"value": None, "unit": ""})
 _NUMBERS = ("value", "mono", "wall", "device_ts", "server_ts")
