@@ -130,9 +130,10 @@ class Condition(enum.StrEnum):
     UNKNOWN = "unknown"  # data missing, stale or BAD: never "all clear"
 
 
-@dataclass(frozen=True, slots=True)
-class Assessment:
+class Assessment(msgspec.Struct, frozen=True):
     """A policy's view of one subject (a GPU, a node, a rack) at one instant."""
+
+    # A Struct, as Reading is: a replay builds one per GPU per evaluation.
 
     subject: str
     domain: FaultDomain

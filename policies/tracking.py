@@ -9,6 +9,7 @@ latest reading on every evaluation.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,16 @@ def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | 
     if age > stale_after_s:
         return None, f"stale ({age:.0f}s old)"
     return r.value, ""
+
+
+def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | None:
+    """``fresh(r, now, stale_after_s)[0]``, without the words of why not."""
+    if r is None or r.quality is not Quality.GOOD:
+        return None
+    value = r.value
+    if value is None or not math.isfinite(value) or now - r.mono > stale_after_s:
+        return None
+    return value
 
 
 _MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
