@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -186,35 +186,56 @@ _READING_DECODER = msgspec.json.Decoder(Reading)
 
 def parse(lines: Iterable[str]) -> tuple[Header, Iterator[Reading | TracedDecision]]:
     """The header and an iterator over the records after it; blank lines are skipped."""
-    it = iter(enumerate(lines, 1))
+    it = _numbered(lines)
+    return _header(it), _records(it, decisions=True)
+
+
+def parse_readings(lines: Iterable[str]) -> tuple[Header, Iterator[Reading]]:
+    """:func:`parse` less the decision records (still checked, not yielded), as replay reads."""
+    it = _numbered(lines)
+    return _header(it), _records(it, decisions=False)
+
+
+def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    return iter(enumerate(lines, 1))
+
+
+def _header(it: Iterator[tuple[int, str]]) -> Header:
     for number, text in it:
         if text.strip():
-            header = decode_header(_loads(text, number), number)
-            break
-    else:
-        raise TraceError("empty trace: no header line")
+            return decode_header(_loads(text, number), number)
+    raise TraceError("empty trace: no header line")
 
-    def records() -> Iterator[Reading | TracedDecision]:
-        fast = _READING_DECODER.decode
-        for n, line in it:
-            if line.startswith(_READING_PREFIX):
-                try:
-                    yield fast(line)
-                    continue
-                except (msgspec.MsgspecError, ValueError):
-                    pass  # the careful path below names what is wrong, or takes it
-            elif not line.strip():
+
+@overload
+def _records(it: Iterator[tuple[int, str]], *, decisions: Literal[False]) -> Iterator[Reading]: ...
+@overload
+def _records(
+    it: Iterator[tuple[int, str]], *, decisions: Literal[True]
+) -> Iterator[Reading | TracedDecision]: ...
+def _records(
+    it: Iterator[tuple[int, str]], *, decisions: bool
+) -> Iterator[Reading | TracedDecision]:
+    fast = _READING_DECODER.decode
+    for n, line in it:
+        if line.startswith(_READING_PREFIX):
+            try:
+                yield fast(line)
                 continue
-            obj = _loads(line, n)
-            kind = obj.get("type")
-            if kind == "reading":
-                yield decode_reading(obj, n)
-            elif kind == "decision":
-                yield decode_decision(obj, n)
-            else:
-                raise TraceError(f"line {n}: unknown record type {kind!r}")
-
-    return header, records()
+            except (msgspec.MsgspecError, ValueError):
+                pass  # the careful path below names what is wrong, or takes it
+        elif not line.strip():
+            continue
+        obj = _loads(line, n)
+        kind = obj.get("type")
+        if kind == "reading":
+            yield decode_reading(obj, n)
+        elif kind == "decision":
+            decision = decode_decision(obj, n)
+            if decisions:
+                yield decision
+        else:
+            raise TraceError(f"line {n}: unknown record type {kind!r}")
 
 
 class _NonFinite(ValueError):

@@ -229,9 +229,10 @@ class GpuTracker:
     def sample_resistance(self, r: Reading, reference: float | None) -> None:
         """Feed the thermal-resistance estimate with a temperature reading, if steady."""
         p = self.power
-        if not r.usable or r.value is None or reference is None or p is None:
+        if reference is None or p is None or not (r.usable and p.usable):
             return
-        if not p.usable or p.value is None or r.mono - p.mono > self._settings.stale_after_s:
+        assert r.value is not None and p.value is not None
+        if r.mono - p.mono > self._settings.stale_after_s:
             return
         # Not steady while power moves, or while heating faster than a load step would
         # (only the newer window counts here; the rate needs both to be defined).
@@ -294,23 +295,25 @@ class GpuTracker:
         kind = r.kind
         if kind is _TEMPERATURE:
             self.temperature = r
-            good = r.quality is _GOOD
-            if good:
-                assert r.value is not None
-                self.recent_temp.add(r.mono, r.value, 2 * self._settings.flow_loss_confirm_s + 1.0)
-            slow = self.slowdown
-            if good and slow is not None and slow.quality is _GOOD:
-                assert r.value is not None and slow.value is not None
-                self.margin.add(r.mono, slow.value - r.value)
+            value = r.value
+            if r.quality is _GOOD and value is not None:
+                if math.isfinite(value):  # usable (a reading forged past its checks is not)
+                    keep = 2 * self._settings.flow_loss_confirm_s + 1.0
+                    self.recent_temp.add(r.mono, value, keep)
+                slow = self.slowdown
+                if slow is not None and slow.quality is _GOOD:
+                    assert slow.value is not None
+                    self.margin.add(r.mono, slow.value - value)
         elif kind is _SLOWDOWN:
             self.slowdown = r
         elif kind is _POWER:
             self.power = r
-            if r.quality is _GOOD:
-                assert r.value is not None
-                keep = max(self._settings.load_settle_s, 2 * self._settings.flow_loss_confirm_s)
-                self.recent_power.add(r.mono, r.value, keep)
-                if self._power.add(r.mono, r.value):
+            value = r.value
+            if r.quality is _GOOD and value is not None:
+                if math.isfinite(value):
+                    keep = max(self._settings.load_settle_s, 2 * self._settings.flow_loss_confirm_s)
+                    self.recent_power.add(r.mono, value, keep)
+                if self._power.add(r.mono, value):
                     self._check_load_step()
         elif kind is _POWER_LIMIT:
             self.limit = r
@@ -567,20 +570,22 @@ class Tracker:
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
         nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
+        racks, rack_of = self.rack, self.rack_of
         for r in readings:
+            kind = r.kind
             labels = r.labels
             node = labels.get("node") or default_node
-            if r.kind in gpu_kinds:
+            if kind in gpu_kinds:
                 gpu = labels.get("gpu")
-                tracker = nodes.get(node) if node is not None else None
+                tracker = nodes.get(node)  # type: ignore[arg-type]  # None: no such node
                 if gpu is None or tracker is None:
                     continue
                 g = tracker.gpus.get(gpu)
                 if g is None:
                     g = tracker.gpus[gpu] = GpuTracker(self.settings)
                 g.observe(r)
-                if r.kind is SensorKind.GPU_TEMPERATURE:
-                    rt = self.rack.get(self.rack_of.get(node, "")) if node else None
+                if kind is _TEMPERATURE:
+                    rt = racks.get(rack_of.get(node, "")) if node else None
                     g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
                 continue
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
