@@ -251,16 +251,23 @@ class Policy:
         fast = _fast_heating(t, now, s)
         shut = fresh_value(t.shutdown, now, stale)
         margin = slow - temp
-        ttt = t.margin.time_to(s.critical_margin_c, falling=True, at=now)
-        trend = t.margin.trend if t.margin.trusted else None
+        forecaster = t.margin
+        trend = forecaster.trend if forecaster.trusted else None
+        # time_to is None for an untrusted forecaster: not asked (a steady GPU's case).
+        ttt = (
+            forecaster.time_to(s.critical_margin_c, falling=True, at=now)
+            if trend is not None
+            else None
+        )
+        per_min = -trend.slope * 60 if trend is not None else None
         fall = -trend.slope if trend is not None and trend.falling else None
         early = ttt.early_s if ttt is not None else None
         horizon = s.drain_horizon_s
         predicted = early is not None and early <= horizon
         at_risk = early is not None and early <= 2 * horizon
         words = [f"{temp:.0f}C, {margin:.1f}C below slowdown {slow:.0f}C"]
-        if trend is not None:
-            words.append(f"{-trend.slope * 60:+.1f}C/min")
+        if per_min is not None:
+            words.append(f"{per_min:+.1f}C/min")
         if fast is not None:
             words.append(f"heating {fast * 60:+.0f}C/min at flat power")
         full = _full_load_margin(t, slow, reference, now, s)
@@ -288,7 +295,7 @@ class Policy:
             value=temp,
             unit="celsius",
             threshold=slow,
-            trend_per_min=-trend.slope * 60 if trend is not None else None,
+            trend_per_min=per_min,
             time_to_threshold_s=ttt.point_s if ttt is not None else None,
             detail=", ".join(words),
         )
