@@ -21,6 +21,10 @@ class Quality(enum.Enum):
     ABSENT = "absent"  # not fitted / not on the device: neither a fault nor evidence
 
 
+_GOOD = Quality.GOOD
+_isfinite = math.isfinite
+
+
 class SensorKind(enum.StrEnum):
     """What a series measures; policies select series by kind, not by name."""
 
@@ -77,6 +81,9 @@ class Reading(msgspec.Struct, frozen=True):
     server_ts: float | None = None
 
     def __post_init__(self) -> None:
+        value = self.value
+        if self.quality is _GOOD and value is not None and _isfinite(value):
+            return  # the common case, passing every check below (run for each trace line)
         no_value = self.quality is Quality.BAD or self.quality is Quality.ABSENT
         if no_value and self.value is not None:
             raise ValueError(
@@ -100,7 +107,8 @@ class Reading(msgspec.Struct, frozen=True):
     @property
     def usable(self) -> bool:
         """True when a policy may act on the value (GOOD, and a finite number)."""
-        return self.quality is Quality.GOOD and self.value is not None and math.isfinite(self.value)
+        value = self.value
+        return self.quality is _GOOD and value is not None and _isfinite(value)
 
 
 class Action(enum.StrEnum):

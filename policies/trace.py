@@ -216,9 +216,9 @@ def _records(
 def _records(
     it: Iterator[tuple[int, str]], *, decisions: bool
 ) -> Iterator[Reading | TracedDecision]:
-    fast = _READING_DECODER.decode
+    fast, prefix = _READING_DECODER.decode, _READING_PREFIX
     for n, line in it:
-        if line.startswith(_READING_PREFIX):
+        if line.startswith(prefix):
             try:
                 yield fast(line)
                 continue
