@@ -10,11 +10,12 @@ latest reading on every evaluation.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import combinations
-from operator import is_
+from itertools import combinations, islice
+from operator import itemgetter
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
@@ -73,6 +74,7 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
 _MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
 _SLOPE_CACHE = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
 _Sample = tuple[float, float]
+_time = itemgetter(0)
 
 
 def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
@@ -131,11 +133,14 @@ class RecentSamples:
     without ``ranged`` have no range (the deques are not kept).
     """
 
-    __slots__ = ("_highs", "_lows", "_ranged", "added", "samples")
+    __slots__ = ("_highs", "_lows", "_ranged", "added", "ordered", "samples")
 
     def __init__(self, *, ranged: bool = True) -> None:
         self.samples: deque[tuple[float, float]] = deque()
         self.added = 0  # samples taken so far: a version number for cached results
+        # Times strictly increasing, as they are unless a non-finite one was ever taken
+        # (NaN compares false with the newest, so it is not refused like a repeat).
+        self.ordered = True
         self._ranged = ranged
         # Candidates for the window's max (values decreasing) and min (increasing).
         self._highs: deque[tuple[float, float]] = deque()
@@ -146,6 +151,8 @@ class RecentSamples:
         samples = self.samples
         if samples and t <= samples[-1][0]:
             return
+        if not math.isfinite(t):
+            self.ordered = False
         sample = (t, value)
         samples.append(sample)
         self.added += 1
@@ -216,9 +223,9 @@ class GpuTracker:
         self.recent_temp = RecentSamples(ranged=False)
         self.recent_power = RecentSamples()
         # Caches of heating_rate (a pure function of the samples and ``now``): the last
-        # answer, by (now, samples taken), and the slopes of recent windows, by content.
+        # answer, by (now, samples taken), and the slopes of recent windows, by place.
         self._rate: tuple[float, int, tuple[float, float] | None] | None = None
-        self._slopes: dict[tuple[int, int, int], tuple[tuple[_Sample, ...], float | None]] = {}
+        self._slopes: dict[tuple[int, int], float | None] = {}
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
         keep = 2 * settings.trend_min_points
@@ -256,28 +263,32 @@ class GpuTracker:
         if last is not None and last[0] == now and last[1] == added:
             return last[2]
         w = self._settings.flow_loss_confirm_s
-        samples = self.recent_temp.samples
-        newer = [p for p in samples if now - w <= p[0] <= now]
-        older = [p for p in samples if now - 2 * w <= p[0] <= now - w]
-        a, b = self._window_slope(newer), self._window_slope(older)
+        a, b = self._window_slope(now - w, now), self._window_slope(now - 2 * w, now - w)
         rate = None if a is None or b is None else (a, b)
         self._rate = (now, added, rate)
         return rate
 
-    def _window_slope(self, pts: list[_Sample]) -> float | None:
-        """median_slope of ``pts``, remembered for the same samples (the same objects)."""
-        if len(pts) < 4:
+    def _window_slope(self, lo: float, hi: float) -> float | None:
+        """median_slope of the temperature samples with ``lo <= t <= hi``, remembered."""
+        recent = self.recent_temp
+        samples = recent.samples
+        if not (recent.ordered and math.isfinite(lo) and math.isfinite(hi)):
+            return median_slope([p for p in samples if lo <= p[0] <= hi])
+        # Times strictly increase: the window is a run of samples, found by bisection,
+        # and a run's place in the sequence of every sample taken names its content.
+        start = bisect_left(samples, lo, key=_time)
+        end = bisect_right(samples, hi, key=_time)
+        if end - start < 4:
             return None
+        first = recent.added - len(samples)  # the sequence number of samples[0]
+        key = (first + start, first + end)
         cache = self._slopes
-        key = (id(pts[0]), id(pts[-1]), len(pts))
-        hit = cache.get(key)
-        if hit is not None and all(map(is_, hit[0], pts)):
-            return hit[1]
-        slope = median_slope(pts)
+        if key in cache:
+            return cache[key]
+        slope = median_slope(list(islice(samples, start, end)))
         if len(cache) >= _SLOPE_CACHE:
             del cache[next(iter(cache))]
-        # The samples are held with the slope, so their ids cannot be reused meanwhile.
-        cache[key] = (tuple(pts), slope)
+        cache[key] = slope
         return slope
 
     def power_steady(self) -> bool:
