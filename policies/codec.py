@@ -10,7 +10,6 @@ trace) are that data less what :data:`WIRE_OMITS` names, and nothing else.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -80,6 +79,18 @@ def schema_components(
     return dict(components)
 
 
+def _fields(cls: type) -> tuple[msgspec.inspect.Field, ...]:
+    info = msgspec.inspect.type_info(cls)
+    if not isinstance(info, msgspec.inspect.DataclassType | msgspec.inspect.StructType):
+        raise TypeError(f"{cls.__name__} is not a model dataclass or Struct")
+    return info.fields
+
+
 def field_names(cls: type) -> tuple[str, ...]:
-    """The fields of a model dataclass, in order."""
-    return tuple(f.name for f in dataclasses.fields(cls))
+    """The fields of a model dataclass (or Struct), in order."""
+    return tuple(f.name for f in _fields(cls))
+
+
+def required_fields(cls: type) -> frozenset[str]:
+    """The fields of a model dataclass (or Struct) that have no default."""
+    return frozenset(f.name for f in _fields(cls) if f.required)

@@ -32,7 +32,7 @@ class Resistance:
 class ResistanceEstimator:
     """``(T - T_ref) / P`` per steady bucket over the last ``keep`` buckets."""
 
-    __slots__ = ("_bucket", "_bucket_s", "_keep", "_sum", "_z", "samples")
+    __slots__ = ("_bucket", "_bucket_s", "_estimate", "_keep", "_sum", "_taken", "_z", "samples")
 
     def __init__(self, bucket_s: float, keep: int, z: float) -> None:
         self._bucket_s = bucket_s
@@ -41,6 +41,8 @@ class ResistanceEstimator:
         self._bucket: int | None = None
         self._sum: list[float] = [0.0, 0.0]  # sum of ratios, count (every sample steady)
         self.samples: deque[float] = deque(maxlen=keep)
+        self._taken = 0  # samples appended so far: a version number for the cached estimate
+        self._estimate: tuple[int, int, Resistance | None] | None = None
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
         """One sample; a bucket counts only if every one of its samples was steady."""
@@ -60,10 +62,20 @@ class ResistanceEstimator:
         total, n = self._sum
         if n > 0 and math.isfinite(total):
             self.samples.append(total / n)
+            self._taken += 1
         self._sum = [0.0, 0.0]
 
     def estimate(self, min_points: int) -> Resistance | None:
         """The median and its bounds; None under ``min_points`` steady buckets."""
+        # Asked at every evaluation; the samples change once a bucket at most.
+        last = self._estimate
+        if last is not None and last[0] == min_points and last[1] == self._taken:
+            return last[2]
+        est = self._estimate_now(min_points)
+        self._estimate = (min_points, self._taken, est)
+        return est
+
+    def _estimate_now(self, min_points: int) -> Resistance | None:
         n = len(self.samples)
         if n < max(3, min_points):
             return None

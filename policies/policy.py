@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+import msgspec
+
 from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.forecast import TimeToThreshold
@@ -65,7 +67,15 @@ from policies.safety import (
     update_breaker,
 )
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker, RackTracker, SlowSeries, Tracker, absent, fresh
+from policies.tracking import (
+    GpuTracker,
+    RackTracker,
+    SlowSeries,
+    Tracker,
+    absent,
+    fresh,
+    fresh_value,
+)
 
 _TRACKER_FIELDS = (
     "trend_bucket_s",
@@ -101,9 +111,8 @@ class Outcome:
     following: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class _Gpu:
-    """One GPU as the rules see it now."""
+class _Gpu(msgspec.Struct, frozen=True):
+    """One GPU as the rules see it now (a Struct: one per GPU per evaluation)."""
 
     assessment: Assessment
     margin: float | None
@@ -230,25 +239,35 @@ class Policy:
     def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> _Gpu:
         s = self._settings
         subject = f"gpu{gpu}"
-        temp, why_t = fresh(t.temperature, now, s.stale_after_s)
-        slow, why_s = fresh(t.slowdown, now, s.stale_after_s)
+        stale = s.stale_after_s
+        temp = fresh_value(t.temperature, now, stale)
+        slow = fresh_value(t.slowdown, now, stale)
         if temp is None or slow is None:
+            why_t = fresh(t.temperature, now, stale)[1]
+            why_s = fresh(t.slowdown, now, stale)[1]
             detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
             a = Assessment(subject, FaultDomain.GPU, Condition.UNKNOWN, now, detail=detail)
             return _Gpu(a, None, None, None, False, False)
         fast = _fast_heating(t, now, s)
-        shut, _ = fresh(t.shutdown, now, s.stale_after_s)
+        shut = fresh_value(t.shutdown, now, stale)
         margin = slow - temp
-        ttt = t.margin.time_to(s.critical_margin_c, falling=True, at=now)
-        trend = t.margin.trend if t.margin.trusted else None
+        forecaster = t.margin
+        trend = forecaster.trend if forecaster.trusted else None
+        # time_to is None for an untrusted forecaster: not asked (a steady GPU's case).
+        ttt = (
+            forecaster.time_to(s.critical_margin_c, falling=True, at=now)
+            if trend is not None
+            else None
+        )
+        per_min = -trend.slope * 60 if trend is not None else None
         fall = -trend.slope if trend is not None and trend.falling else None
         early = ttt.early_s if ttt is not None else None
         horizon = s.drain_horizon_s
         predicted = early is not None and early <= horizon
         at_risk = early is not None and early <= 2 * horizon
         words = [f"{temp:.0f}C, {margin:.1f}C below slowdown {slow:.0f}C"]
-        if trend is not None:
-            words.append(f"{-trend.slope * 60:+.1f}C/min")
+        if per_min is not None:
+            words.append(f"{per_min:+.1f}C/min")
         if fast is not None:
             words.append(f"heating {fast * 60:+.0f}C/min at flat power")
         full = _full_load_margin(t, slow, reference, now, s)
@@ -276,7 +295,7 @@ class Policy:
             value=temp,
             unit="celsius",
             threshold=slow,
-            trend_per_min=-trend.slope * 60 if trend is not None else None,
+            trend_per_min=per_min,
             time_to_threshold_s=ttt.point_s if ttt is not None else None,
             detail=", ".join(words),
         )
@@ -838,7 +857,7 @@ def _full_load_margin(
     It drains a node in service and holds a drained one out while the estimate stays
     unfit; after a repair the estimate follows within its window of steady periods.
     """
-    limit, _ = fresh(t.limit, now, s.stale_after_s)
+    limit = fresh_value(t.limit, now, s.stale_after_s)
     est = t.resistance.estimate(s.trend_min_points)
     if reference is None or limit is None or est is None:
         return None

@@ -16,7 +16,7 @@ from policies.model import Decision, Reading
 from policies.policy import Outcome, Policy
 from policies.safety import ClusterLedger, Overrides
 from policies.settings import PolicySettings
-from policies.trace import Header, TracedDecision, encode_decision, parse
+from policies.trace import Header, encode_decision, parse_readings
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +74,23 @@ class Replayer:
         same readings in the same order before each evaluation, far fewer calls.
         """
         batch: list[Reading] = []
+        take = batch.append
         nxt = self._next
+        last = self._last  # kept in self._last whenever the policy is called
         for r in readings:
+            mono = r.mono
             if nxt is None:
-                nxt = self._next = r.mono
-            if r.mono > nxt:
+                nxt = self._next = mono
+            if mono > nxt:
+                self._last = last
                 self.policy.observe(batch)
                 batch.clear()
-                while r.mono > nxt:
+                while mono > nxt:
                     yield self.tick(nxt)
                     nxt = self._next = nxt + self.interval_s
-            batch.append(r)
-            self._last = r
+            take(r)
+            last = r
+        self._last = last
         self.policy.observe(batch)
 
     def finish(self) -> list[Tick]:
@@ -116,9 +121,8 @@ def replay(
     overrides: Overrides | None = None,
 ) -> Iterator[Tick]:
     """Every evaluation over a trace (decision records in it are ignored)."""
-    header, records = parse(lines)
+    header, readings = parse_readings(lines)
     rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides)
-    readings = (rec for rec in records if not isinstance(rec, TracedDecision))
     yield from rp.feed_all(readings)
     yield from rp.finish()
 

@@ -17,17 +17,16 @@ Floats are written by ``repr``, so a value read back is the value written.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, overload
 
 import msgspec
 
-from policies.codec import from_data, to_data
+from policies.codec import from_data, required_fields, to_data
 from policies.model import Assessment, Decision, Reading
 
 FORMAT = "rackguard-trace"
@@ -120,16 +119,8 @@ def encode_decision(d: Decision, mono: float | None = None) -> str:
     return _dumps(decision_dict(d, mono))
 
 
-def _required(cls: type) -> frozenset[str]:
-    return frozenset(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
-
-
-_REQUIRED_READING = _required(Reading)
-_REQUIRED_ASSESSMENT = _required(Assessment)
+_REQUIRED_READING = required_fields(Reading)
+_REQUIRED_ASSESSMENT = required_fields(Assessment)
 # What a trace line may leave out beyond the model's own defaults.
 _READING_DEFAULTS: Mapping[str, Any] = MappingProxyType({"value": None, "unit": ""})
 _NUMBERS = ("value", "mono", "wall", "device_ts", "server_ts")
@@ -195,35 +186,56 @@ _READING_DECODER = msgspec.json.Decoder(Reading)
 
 def parse(lines: Iterable[str]) -> tuple[Header, Iterator[Reading | TracedDecision]]:
     """The header and an iterator over the records after it; blank lines are skipped."""
-    it = iter(enumerate(lines, 1))
+    it = _numbered(lines)
+    return _header(it), _records(it, decisions=True)
+
+
+def parse_readings(lines: Iterable[str]) -> tuple[Header, Iterator[Reading]]:
+    """:func:`parse` less the decision records (still checked, not yielded), as replay reads."""
+    it = _numbered(lines)
+    return _header(it), _records(it, decisions=False)
+
+
+def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    return iter(enumerate(lines, 1))
+
+
+def _header(it: Iterator[tuple[int, str]]) -> Header:
     for number, text in it:
         if text.strip():
-            header = decode_header(_loads(text, number), number)
-            break
-    else:
-        raise TraceError("empty trace: no header line")
+            return decode_header(_loads(text, number), number)
+    raise TraceError("empty trace: no header line")
 
-    def records() -> Iterator[Reading | TracedDecision]:
-        fast = _READING_DECODER.decode
-        for n, line in it:
-            if line.startswith(_READING_PREFIX):
-                try:
-                    yield fast(line)
-                    continue
-                except (msgspec.MsgspecError, ValueError):
-                    pass  # the careful path below names what is wrong, or takes it
-            elif not line.strip():
+
+@overload
+def _records(it: Iterator[tuple[int, str]], *, decisions: Literal[False]) -> Iterator[Reading]: ...
+@overload
+def _records(
+    it: Iterator[tuple[int, str]], *, decisions: Literal[True]
+) -> Iterator[Reading | TracedDecision]: ...
+def _records(
+    it: Iterator[tuple[int, str]], *, decisions: bool
+) -> Iterator[Reading | TracedDecision]:
+    fast, prefix = _READING_DECODER.decode, _READING_PREFIX
+    for n, line in it:
+        if line.startswith(prefix):
+            try:
+                yield fast(line)
                 continue
-            obj = _loads(line, n)
-            kind = obj.get("type")
-            if kind == "reading":
-                yield decode_reading(obj, n)
-            elif kind == "decision":
-                yield decode_decision(obj, n)
-            else:
-                raise TraceError(f"line {n}: unknown record type {kind!r}")
-
-    return header, records()
+            except (msgspec.MsgspecError, ValueError):
+                pass  # the careful path below names what is wrong, or takes it
+        elif not line.strip():
+            continue
+        obj = _loads(line, n)
+        kind = obj.get("type")
+        if kind == "reading":
+            yield decode_reading(obj, n)
+        elif kind == "decision":
+            decision = decode_decision(obj, n)
+            if decisions:
+                yield decision
+        else:
+            raise TraceError(f"line {n}: unknown record type {kind!r}")
 
 
 class _NonFinite(ValueError):

@@ -9,9 +9,13 @@ latest reading on every evaluation.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import combinations, islice
+from operator import itemgetter
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
@@ -57,7 +61,20 @@ def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | 
     return r.value, ""
 
 
+def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | None:
+    """``fresh(r, now, stale_after_s)[0]``, without the words of why not."""
+    if r is None or r.quality is not Quality.GOOD:
+        return None
+    value = r.value
+    if value is None or not math.isfinite(value) or now - r.mono > stale_after_s:
+        return None
+    return value
+
+
 _MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
+_SLOPE_CACHE = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
+_Sample = tuple[float, float]
+_time = itemgetter(0)
 
 
 def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
@@ -73,12 +90,7 @@ def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
         k = len(pts) / _MAX_SLOPE_POINTS
         groups = [pts[round(i * k) : round((i + 1) * k)] for i in range(_MAX_SLOPE_POINTS)]
         pts = [(sum(t for t, _ in g) / len(g), sum(v for _, v in g) / len(g)) for g in groups if g]
-    slopes = [
-        (v1 - v0) / (t1 - t0)
-        for i, (t0, v0) in enumerate(pts)
-        for t1, v1 in pts[i + 1 :]
-        if t1 > t0
-    ]
+    slopes = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in combinations(pts, 2) if t1 > t0]
     slopes.sort()
     if not slopes:
         return None
@@ -117,39 +129,56 @@ class RecentSamples:
 
     Times must increase (a sample at or before the newest is ignored). The range comes
     from sliding-window maximum and minimum deques: asked at every temperature sample,
-    scanning two minutes of power samples each time dominated a replay.
+    scanning two minutes of power samples each time dominated a replay. Samples kept
+    without ``ranged`` have no range (the deques are not kept).
     """
 
-    __slots__ = ("_highs", "_lows", "samples")
+    __slots__ = ("_highs", "_lows", "_ranged", "added", "ordered", "samples")
 
-    def __init__(self) -> None:
+    def __init__(self, *, ranged: bool = True) -> None:
         self.samples: deque[tuple[float, float]] = deque()
+        self.added = 0  # samples taken so far: a version number for cached results
+        # Times strictly increasing, as they are unless a non-finite one was ever taken
+        # (NaN compares false with the newest, so it is not refused like a repeat).
+        self.ordered = True
+        self._ranged = ranged
         # Candidates for the window's max (values decreasing) and min (increasing).
         self._highs: deque[tuple[float, float]] = deque()
         self._lows: deque[tuple[float, float]] = deque()
 
     def add(self, t: float, value: float, keep_s: float) -> None:
         """One sample; those older than ``keep_s`` before it are dropped."""
-        samples, highs, lows = self.samples, self._highs, self._lows
+        samples = self.samples
         if samples and t <= samples[-1][0]:
             return
+        if not math.isfinite(t):
+            self.ordered = False
         sample = (t, value)
         samples.append(sample)
+        self.added += 1
+        cutoff = t - keep_s
+        while samples[0][0] < cutoff:
+            samples.popleft()
+        if not self._ranged:
+            return
+        highs, lows = self._highs, self._lows
         while highs and highs[-1][1] <= value:
             highs.pop()
         highs.append(sample)
         while lows and lows[-1][1] >= value:
             lows.pop()
         lows.append(sample)
-        cutoff = t - keep_s
-        for q in (samples, highs, lows):
-            while q[0][0] < cutoff:
-                q.popleft()
+        while highs[0][0] < cutoff:
+            highs.popleft()
+        while lows[0][0] < cutoff:
+            lows.popleft()
 
     def spread(self) -> float:
         """The highest minus the lowest value kept (0.0 when none)."""
         if not self.samples:
             return 0.0
+        if not self._ranged:
+            raise ValueError("these samples are kept without their range")
         return self._highs[0][1] - self._lows[0][1]
 
 
@@ -159,7 +188,9 @@ class GpuTracker:
     __slots__ = (
         "_power",
         "_power_ref",
+        "_rate",
         "_settings",
+        "_slopes",
         "limit",
         "load_steps",
         "margin",
@@ -189,8 +220,12 @@ class GpuTracker:
         self.step_times: deque[float] = deque(maxlen=16)  # recent load steps (bucket times)
         # Raw samples for the fast signature (heating with flat power): temperatures over
         # two confirm windows, power over the settle time (a step's heating lasts that long).
-        self.recent_temp = RecentSamples()
+        self.recent_temp = RecentSamples(ranged=False)
         self.recent_power = RecentSamples()
+        # Caches of heating_rate (a pure function of the samples and ``now``): the last
+        # answer, by (now, samples taken), and the slopes of recent windows, by place.
+        self._rate: tuple[float, int, tuple[float, float] | None] | None = None
+        self._slopes: dict[tuple[int, int], float | None] = {}
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
         keep = 2 * settings.trend_min_points
@@ -201,9 +236,10 @@ class GpuTracker:
     def sample_resistance(self, r: Reading, reference: float | None) -> None:
         """Feed the thermal-resistance estimate with a temperature reading, if steady."""
         p = self.power
-        if not r.usable or r.value is None or reference is None or p is None:
+        if reference is None or p is None or not (r.usable and p.usable):
             return
-        if not p.usable or p.value is None or r.mono - p.mono > self._settings.stale_after_s:
+        assert r.value is not None and p.value is not None
+        if r.mono - p.mono > self._settings.stale_after_s:
             return
         # Not steady while power moves, or while heating faster than a load step would
         # (only the newer window counts here; the rate needs both to be defined).
@@ -220,12 +256,40 @@ class GpuTracker:
         None until both windows hold enough samples: one sample cannot make a rate,
         and a rise must last two windows to count (a blip that recovers does not).
         """
+        # Asked at each temperature sample and again at each evaluation, over windows
+        # that slide by a sample: both answers are cached, the value is the fresh one.
+        added = self.recent_temp.added
+        last = self._rate
+        if last is not None and last[0] == now and last[1] == added:
+            return last[2]
         w = self._settings.flow_loss_confirm_s
-        samples = self.recent_temp.samples
-        newer = [(t, v) for t, v in samples if now - w <= t <= now]
-        older = [(t, v) for t, v in samples if now - 2 * w <= t <= now - w]
-        a, b = median_slope(newer), median_slope(older)
-        return None if a is None or b is None else (a, b)
+        a, b = self._window_slope(now - w, now), self._window_slope(now - 2 * w, now - w)
+        rate = None if a is None or b is None else (a, b)
+        self._rate = (now, added, rate)
+        return rate
+
+    def _window_slope(self, lo: float, hi: float) -> float | None:
+        """median_slope of the temperature samples with ``lo <= t <= hi``, remembered."""
+        recent = self.recent_temp
+        samples = recent.samples
+        if not (recent.ordered and math.isfinite(lo) and math.isfinite(hi)):
+            return median_slope([p for p in samples if lo <= p[0] <= hi])
+        # Times strictly increase: the window is a run of samples, found by bisection,
+        # and a run's place in the sequence of every sample taken names its content.
+        start = bisect_left(samples, lo, key=_time)
+        end = bisect_right(samples, hi, key=_time)
+        if end - start < 4:
+            return None
+        first = recent.added - len(samples)  # the sequence number of samples[0]
+        key = (first + start, first + end)
+        cache = self._slopes
+        if key in cache:
+            return cache[key]
+        slope = median_slope(list(islice(samples, start, end)))
+        if len(cache) >= _SLOPE_CACHE:
+            del cache[next(iter(cache))]
+        cache[key] = slope
+        return slope
 
     def power_steady(self) -> bool:
         """No power change of a load step over the settle time (and none detected)."""
@@ -235,10 +299,6 @@ class GpuTracker:
         step = self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
         return self.recent_power.spread() <= step
 
-    def _remember(self, q: RecentSamples, r: Reading, keep_s: float) -> None:
-        if r.usable and r.value is not None:
-            q.add(r.mono, r.value, keep_s)
-
     def observe(self, r: Reading) -> None:
         """Take one reading of this GPU."""
         # The replay hot path: a GOOD reading is a usable one (Reading checks that its
@@ -246,19 +306,26 @@ class GpuTracker:
         kind = r.kind
         if kind is _TEMPERATURE:
             self.temperature = r
-            self._remember(self.recent_temp, r, 2 * self._settings.flow_loss_confirm_s + 1.0)
-            slow = self.slowdown
-            if r.quality is _GOOD and slow is not None and slow.quality is _GOOD:
-                assert r.value is not None and slow.value is not None
-                self.margin.add(r.mono, slow.value - r.value)
+            value = r.value
+            if r.quality is _GOOD and value is not None:
+                if math.isfinite(value):  # usable (a reading forged past its checks is not)
+                    keep = 2 * self._settings.flow_loss_confirm_s + 1.0
+                    self.recent_temp.add(r.mono, value, keep)
+                slow = self.slowdown
+                if slow is not None and slow.quality is _GOOD:
+                    assert slow.value is not None
+                    self.margin.add(r.mono, slow.value - value)
         elif kind is _SLOWDOWN:
             self.slowdown = r
         elif kind is _POWER:
             self.power = r
-            keep = max(self._settings.load_settle_s, 2 * self._settings.flow_loss_confirm_s)
-            self._remember(self.recent_power, r, keep)
-            if r.quality is _GOOD and r.value is not None and self._power.add(r.mono, r.value):
-                self._check_load_step()
+            value = r.value
+            if r.quality is _GOOD and value is not None:
+                if math.isfinite(value):
+                    keep = max(self._settings.load_settle_s, 2 * self._settings.flow_loss_confirm_s)
+                    self.recent_power.add(r.mono, value, keep)
+                if self._power.add(r.mono, value):
+                    self._check_load_step()
         elif kind is _POWER_LIMIT:
             self.limit = r
         elif kind is _SHUTDOWN:
@@ -419,9 +486,12 @@ class RackTracker:
         # When the cooling unit last answered, and its usual poll interval.
         self.coolant_last: float | None = None
         self.coolant_interval_s: float | None = None
+        self._observed = 0  # readings taken: a version number for the cached reference
+        self._reference: tuple[float, int, float | None] | None = None
 
     def observe(self, r: Reading) -> None:
         """Take one rack-level reading; kinds the policy does not use are ignored."""
+        self._observed += 1
         if r.kind in _COOLANT_KINDS and r.usable:
             # Only data counts as the unit answering: an adapter reporting a silent
             # subscription stamps BAD readings at every poll.
@@ -463,6 +533,15 @@ class RackTracker:
 
     def reference(self, now: float) -> float | None:
         """What the GPUs reject heat to: the highest fresh coolant supply, else inlet air."""
+        # Asked at every GPU temperature sample: remembered until a reading or time moves.
+        last = self._reference
+        if last is not None and last[0] == now and last[1] == self._observed:
+            return last[2]
+        value = self._reference_now(now)
+        self._reference = (now, self._observed, value)
+        return value
+
+    def _reference_now(self, now: float) -> float | None:
         stale = self._settings.rack_stale_after_s
         for kind in (SensorKind.COOLANT_SUPPLY_TEMPERATURE, SensorKind.INLET_TEMPERATURE):
             values = [
@@ -502,20 +581,22 @@ class Tracker:
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
         nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
+        racks, rack_of = self.rack, self.rack_of
         for r in readings:
+            kind = r.kind
             labels = r.labels
             node = labels.get("node") or default_node
-            if r.kind in gpu_kinds:
+            if kind in gpu_kinds:
                 gpu = labels.get("gpu")
-                tracker = nodes.get(node) if node is not None else None
+                tracker = nodes.get(node)  # type: ignore[arg-type]  # None: no such node
                 if gpu is None or tracker is None:
                     continue
                 g = tracker.gpus.get(gpu)
                 if g is None:
                     g = tracker.gpus[gpu] = GpuTracker(self.settings)
                 g.observe(r)
-                if r.kind is SensorKind.GPU_TEMPERATURE:
-                    rt = self.rack.get(self.rack_of.get(node, "")) if node else None
+                if kind is _TEMPERATURE:
+                    rt = racks.get(rack_of.get(node, "")) if node else None
                     g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
                 continue
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)

@@ -9,13 +9,14 @@ header: a recording costs at most twice ``max_bytes`` of disk.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import TextIO
+
+import msgspec
 
 from policies.model import Reading
 from policies.trace import encode_header, encode_reading
@@ -70,7 +71,7 @@ class TraceRecorder:
         if r.labels.get(key) == value:
             return r
         # Every other field as it came (server_ts included: it used to be dropped here).
-        return dataclasses.replace(r, labels=MappingProxyType({**r.labels, key: value}))
+        return msgspec.structs.replace(r, labels=MappingProxyType({**r.labels, key: value}))
 
     def _rotate(self, f: TextIO) -> None:
         f.close()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
+import msgspec
 import pytest
 
 from policies.codec import WIRE_OMITS, field_names, from_data, schema_components, to_data
@@ -80,7 +80,7 @@ def test_the_reader_takes_what_the_format_allows() -> None:
                    Quality.GOOD, 1.0, 2.0)  # fmt: skip
     assert _read(_line()) == want
     assert _read(_line(mono=1, wall=2)) == want  # integers are numbers
-    assert _read(_line(unit=...)) == dataclasses.replace(want, unit="")  # unit may be left out
+    assert _read(_line(unit=...)) == msgspec.structs.replace(want, unit="")  # unit may be left out
     reordered = json.dumps({"kind": "gpu_temperature", **json.loads(_line())})
     assert _read(reordered) == want
     labelled = _read(_line(labels={"node": "n"}))

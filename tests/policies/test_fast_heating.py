@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -40,6 +41,28 @@ def test_a_load_step_is_not_flat_power() -> None:
     g = GpuTracker(PolicySettings())
     _feed(g, 60.0, 0.5, 1.0, lambda t: 100.0 if t < 30 else 650.0)
     assert not g.power_steady()
+
+
+def _rates_by_definition(g: GpuTracker, now: float) -> tuple[float, float] | None:
+    w = PolicySettings().flow_loss_confirm_s
+    samples = g.recent_temp.samples
+    newer = median_slope([p for p in samples if now - w <= p[0] <= now])
+    older = median_slope([p for p in samples if now - 2 * w <= p[0] <= now - w])
+    return None if newer is None or older is None else (newer, older)
+
+
+def test_the_cached_heating_rate_is_the_one_its_definition_gives() -> None:
+    # Noisy heating, asked at every sample and between samples: the cached windows
+    # give exactly (==) what scanning every sample gives, also after a NaN time.
+    g = GpuTracker(PolicySettings())
+    for k in range(60):
+        t = k * 0.7
+        g.observe(_reading(SensorKind.GPU_TEMPERATURE, t, 60.0 + 0.3 * t + (k * 7919 % 5) / 4))
+        for now in (t, t + 0.35, t + 3.0):
+            assert g.heating_rate(now) == _rates_by_definition(g, now)
+        if k == 40:
+            g.observe(_reading(SensorKind.GPU_TEMPERATURE, math.nan, 70.0))
+            assert not g.recent_temp.ordered
 
 
 def test_median_slope_ignores_one_wild_sample() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+import msgspec
 import pytest
 
 from daemon.service.engine import PolicyEngine
@@ -342,17 +343,17 @@ def test_windows_and_trackers_never_take_a_non_finite_value() -> None:
     assert w.add(2.0, math.nan) is False and w.add(3.0, math.inf) is False
     w.add(11.0, 5.0)
     assert [b.value for b in w.buckets()] == [5.0]
-    # A reading forged past its checks (object.__setattr__) is not usable, nor tracked.
+    # A reading forged past its checks (force_setattr) is not usable, nor tracked.
     tracker = Tracker(S, {"r1": ("n1",)})
     good = gpus("n1", 0.0, [60.0])
     forged = gpus("n1", 1.0, [60.0])[-1]
-    object.__setattr__(forged, "value", math.nan)
+    msgspec.structs.force_setattr(forged, "value", math.nan)
     tracker.observe([*good, forged])
     g = tracker.nodes["n1"].gpus["0"]
     assert not forged.usable
     assert g.margin.window.last_t == 0.0  # the NaN never reached the window
     nan_supply = cdu(2.0, {"supply": 30.0})[0]
-    object.__setattr__(nan_supply, "value", math.inf)
+    msgspec.structs.force_setattr(nan_supply, "value", math.inf)
     tracker.observe([nan_supply])
     assert tracker.rack["r1"].slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE]
     series = next(iter(tracker.rack["r1"].slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE].values()))

@@ -8,8 +8,8 @@ share. Ground truth is each scenario's ``[expect]`` table.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
+import msgspec
 import pytest
 
 from bench.scoring import (
@@ -154,7 +154,9 @@ def test_real_gpu_traces_never_drain(name: str) -> None:
     # Even with the slowdown threshold pulled 20 C closer, load steps are not trends.
     slowdown = REAL[name][0] - 20.0
     closer = [
-        replace(r, value=slowdown) if r.kind is SensorKind.GPU_SLOWDOWN_THRESHOLD else r
+        msgspec.structs.replace(r, value=slowdown)
+        if r.kind is SensorKind.GPU_SLOWDOWN_THRESHOLD
+        else r
         for r in readings
     ]
     ticks = list(replay_readings(header, closer, SETTINGS))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gzip
 import io
 import json
 from pathlib import Path
 from types import MappingProxyType
 
+import msgspec
 import pytest
 
 from daemon.replay.command import add_parser, run_replay
@@ -247,7 +247,7 @@ def test_recorder_labels_a_reading_and_keeps_its_timestamps(tmp_path: Path) -> N
     _, records = parse(path.read_text().splitlines())
     (got,) = list(records)
     assert isinstance(got, Reading)
-    assert got == dataclasses.replace(coolant, labels={"variable": "supply", "rack": "rack-b"})
+    assert got == msgspec.structs.replace(coolant, labels={"variable": "supply", "rack": "rack-b"})
 
 
 def test_recorder_rotates_and_restarts_with_a_header(tmp_path: Path) -> None:
