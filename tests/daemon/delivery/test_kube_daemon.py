@@ -60,6 +60,8 @@ async def test_a_hot_gpu_cordons_the_node_tells_its_pods_and_evicts_them_after_t
                 what="the pod annotated",
             )
             assert api.nodes[NODE]["spec"]["unschedulable"] is True
+            # The Event follows the annotation; wait for it rather than race it.
+            await wait_until(lambda: bool(api.pod_events("ml", "trainer-0")), what="the pod Event")
             (event,) = api.pod_events("ml", "trainer-0")
             assert event["reason"] == EVENT_REASON
             url = f"http://127.0.0.1:{daemon.api_port}/v1/node/notice"
