@@ -52,6 +52,10 @@ _SPEC_PATHS = ("/openapi/v3", "/openapi.json", "/openapi")
 
 WriteVia = Literal["auto", "rest", "scontrol"]
 AuthScheme = Literal["x-slurm", "bearer"]
+ExcludeState = Literal["drain", "down"]
+# The one default, also the config's ([scheduler] exclude_state): an exclusion
+# drains, and the job notices tell and requeue the running jobs; "down" kills them.
+EXCLUDE_STATE_DEFAULT: ExcludeState = "drain"
 
 
 class SlurmSink:
@@ -69,7 +73,7 @@ class SlurmSink:
         scontrol: Sequence[str] = ("scontrol",),
         slurm_conf: Path | None = None,
         timeout_s: float = 10.0,
-        exclude_state: Literal["drain", "down"] = "down",
+        exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT,
     ) -> None:
         if rest_url is None and write_via == "rest":
             raise ValueError("write_via = 'rest' needs a REST URL")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from adapters.schedulers.slurm import EXCLUDE_STATE_DEFAULT, ExcludeState
 from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
 from daemon.delivery.outbox import location_problem, outbox_location
@@ -133,7 +134,7 @@ class SlurmSchedulerConfig(NoticeGraceSettings):
     timeout_s: float = bounded(10.0, gt=0, le=120)
     # What an exclusion sets: "drain" (running jobs are told, then requeued after
     # critical_grace_s) or "down" (Slurm kills the node's running jobs at once).
-    exclude_state: Literal["drain", "down"] = "drain"
+    exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT
     # Once a drain or exclusion is applied, each job running on the node gets this
     # signal (a name as `scancel --signal` takes it: "USR1"); "" sends none (jobs
     # can still read GET /v1/node/notice).

@@ -64,7 +64,7 @@ def token_file(tmp_path: Path) -> Path:
 
 
 async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, token_file: Path) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(token_file))
+    sink = SlurmSink(fake.url, token=JwtToken(token_file), exclude_state="down")
     try:
         await sink.deliver(decision("gpu01", Action.DRAIN))
         drained = (await sink.read_state(["gpu01"]))["gpu01"]
