@@ -74,7 +74,7 @@ async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, token_file: 
     finally:
         await sink.close()
     assert drained.drained and drained.ours and drained.detail == "IDLE+DRAIN"
-    assert views["gpu02"].down and views["gpu02"].reason == "rackguard[gpu]: rest exclude"
+    assert views["gpu02"].down and views["gpu02"].reason == "rackguard[gpu]: exclude: rest exclude"
     assert not views["gpu01"].held and not views["gpu03"].held
     # The newest version served, and the bulk GET for more than one node.
     assert ("POST", "/slurm/v0.0.42/node/gpu01") in fake.requests
