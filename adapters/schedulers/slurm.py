@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
@@ -188,6 +189,32 @@ class SlurmSink:
             "REST" if self._rest_writes else "scontrol",
         )
         return version
+
+    async def job_api(self) -> str | None:
+        """The API version to list and signal running jobs through; None: use the commands.
+
+        None without a REST URL or where the server cannot (Slurm < 23.02).
+        Raises DeliveryError while slurmrestd cannot be asked.
+        """
+        if self._url is None:
+            return None
+        version = await self._ensure_api()
+        return version if self.info is not None and self.info.can_signal(version) else None
+
+    async def call(
+        self, method: str, path: str, params: Mapping[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """One REST request on this sink's session and token (for the job notices).
+
+        A bare 404 (no Slurm error) may be an API version dropped by an upgrade:
+        the version is detected again on the next request, as for node reads.
+        """
+        if params:
+            path = f"{path}?{urlencode(params)}"
+        status, body = await self._request(method, path)
+        if status == 404 and not (isinstance(body, dict) and slurm_errors(body)):
+            self._version = None
+        return status, body
 
     # ------------------------------------------------------------------ reads
 

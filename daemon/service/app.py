@@ -125,7 +125,7 @@ class Daemon:
             rng=self._rng,
         )
         try:
-            notices = build_job_notices(sched, config.policy.lead_time_s)
+            notices = build_job_notices(sched, config.policy.lead_time_s, sink)
         except KubeAuthError as err:
             raise StartupError(f"scheduler: {err}") from err
         self.notices = JobNotices(self.decisions, *notices) if notices else None

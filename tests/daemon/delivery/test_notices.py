@@ -9,9 +9,7 @@ flight — neither of which a real slurmctld can be made to time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,26 +17,10 @@ import pytest
 from daemon.delivery.notices import IN_FLIGHT, JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
 from policies.model import Action
-from tests.support.delivery import decision
+from tests.support.delivery import decision, notices_on
 from tests.support.faulty_disk import FlakyDisk
 from tests.support.scripted_jobs import ScriptedJobs
 from tests.support.wait import wait_until
-
-
-@contextlib.asynccontextmanager
-async def notices_on(
-    store: DecisionStore, jobs: ScriptedJobs, settings: NoticeSettings
-) -> AsyncIterator[JobNotices]:
-    n = JobNotices(store, jobs, settings)
-    tasks = [asyncio.create_task(n.run()), asyncio.create_task(store.run())]
-    try:
-        await n.loaded.wait()
-        yield n
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
 
 FAST = NoticeSettings(
     checkpoint_grace_s=0.3, critical_grace_s=0.1, retry_initial_s=0.02, retry_max_s=0.05
