@@ -90,7 +90,10 @@ class SlurmRestJobs:
         if status != 200 or not isinstance(body, dict):
             errors = slurm_errors(body) if isinstance(body, dict) else []
             text = "; ".join(f"error {n}: {t}" for n, t in errors) or str(body)[:200]
-            raise JobControlError(f"slurmrestd GET jobs: HTTP {status}: {text}")
+            message = f"slurmrestd GET jobs: HTTP {status}: {text}"
+            raise _job_error(
+                http_error(message, status) if status != 200 else DeliveryError(message)
+            )
         return running_on(body.get("jobs"), node)
 
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:

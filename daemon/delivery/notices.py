@@ -258,6 +258,11 @@ class JobNotices:
                 return n
         return None
 
+    @property
+    def scheduler(self) -> str:
+        """The scheduler whose jobs are told (a metric label)."""
+        return self._jobs.name
+
     def open_count(self) -> int:
         """Notices whose jobs are still to be told or requeued."""
         return sum(1 for n in self._notices.values() if n.open)

@@ -162,6 +162,7 @@ class Daemon:
             events=self.events,
             simulated=nvml is not None or bool(adapters),
             cluster=lambda: self.fleet.status() if self.fleet is not None else None,
+            notices=self.notices,
         )
         self.metrics = Metrics(self.view)
         self.fleet = build_fleet(config, sink, self.engine, self._rng)

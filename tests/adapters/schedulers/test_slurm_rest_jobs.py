@@ -235,10 +235,15 @@ async def test_a_malformed_job_list_is_skipped_entry_by_entry(
         fake.fail_next, fake.fail_body = 1, {"jobs": "not a list"}
         assert await jobs.running("gpu01") == []
         fake.fail_next, fake.fail_status, fake.fail_body = 1, 500, {"errors": "oops"}
-        with pytest.raises(JobControlError, match="HTTP 500"):
+        with pytest.raises(JobControlError, match="HTTP 500") as transient:
+            await jobs.running("gpu01")
+        fake.fail_next, fake.fail_status, fake.fail_body = 1, 403, None
+        with pytest.raises(JobControlError, match="HTTP 403") as forbidden:
             await jobs.running("gpu01")
     finally:
         await sink.close()
+    assert not transient.value.permanent
+    assert forbidden.value.permanent and forbidden.value.reason == "auth"
     assert [j.job_id for j in listed] == ["10", "7"]
     assert listed[1] == RunningJob("7", "", "al")
 
