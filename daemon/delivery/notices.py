@@ -154,14 +154,17 @@ class Notice:
 
 @dataclass(slots=True)
 class NoticeCounts:
-    """What the notices did since the daemon started, for /metrics."""
+    """What the notices did since the daemon started, for /metrics.
 
-    opened: Counter[str] = field(default_factory=Counter)  # by action: drain, exclude
-    signals: Counter[str] = field(
-        default_factory=Counter
-    )  # by result: done, gone, refused, unknown
-    requeues: Counter[str] = field(default_factory=Counter)  # by result: done, gone, refused
-    retries: Counter[str] = field(default_factory=Counter)  # failed steps by reason
+    ``opened`` by action (drain, exclude); ``signals`` and ``requeues`` by
+    result (done, gone, refused; a signal in flight at a crash: unknown);
+    ``retries``: failed steps by reason (unreachable, auth, ..., storage).
+    """
+
+    opened: Counter[str] = field(default_factory=Counter)
+    signals: Counter[str] = field(default_factory=Counter)
+    requeues: Counter[str] = field(default_factory=Counter)
+    retries: Counter[str] = field(default_factory=Counter)
 
 
 _NOTICE_COLS = "key, node, action, reason, domain, noticed_at, deadline, told_at, closed_at, closed"
