@@ -9,6 +9,7 @@ command path is tested against a real slurmctld in test_slurm_jobs.py.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -339,3 +340,26 @@ async def test_the_daemon_takes_the_rest_path_with_a_rest_url(slurm_token: Path)
     await sink.close()
     assert built is not None and isinstance(built[0], SlurmRestJobs)
     assert plain is not None and isinstance(plain[0], SlurmJobs)
+
+
+async def test_a_restart_between_the_signal_and_the_requeue_neither_repeats_nor_forgets(
+    fake: FakeSlurmrestd, token_file: Path, tmp_path: Path
+) -> None:
+    job = fake.add_job("gpu01")
+    sink, jobs = rest_jobs(fake, token_file)
+    slow = NoticeSettings(checkpoint_grace_s=3600.0, retry_initial_s=0.02, retry_max_s=0.05)
+    try:
+        async with notices(tmp_path, jobs, slow) as n:
+            n.settled(decision("gpu01", Action.DRAIN), Status.CONFIRMED, "read back")
+            await wait_until(lambda: (c := n.current("gpu01")) is not None and c.told_at)
+        # The next process finds the notice in the database, its deadline now due.
+        db = sqlite3.connect(tmp_path / "o.db")
+        db.execute("UPDATE notices SET deadline = 0")
+        db.commit()
+        db.close()
+        async with notices(tmp_path, jobs, slow) as n:
+            await wait_until(lambda: closed(n, "gpu01"), what="requeued after the restart")
+    finally:
+        await sink.close()
+    assert fake.jobs[job].signals == [("USR1", "FULL_JOB")]
+    assert (fake.jobs[job].state, fake.jobs[job].restarts) == ("PENDING", 1)
