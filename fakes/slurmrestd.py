@@ -15,9 +15,13 @@ so tests can assert that nothing was applied twice.
 Running jobs (``add_job``) follow Slurm 24.11's OpenAPI document (v0.0.42): the
 job list ``GET /slurm/<v>/jobs/`` (``job_state`` a list, ``nodes`` a hostlist,
 ``job_id`` a number), the signal ``DELETE /slurm/<v>/job/{job_id}?signal=&flags=``
-answered with ``status[]`` entries, and Slurm's errors in the shape the node
-exchanges were recorded in: 2017 for a job Slurm does not know, 2021 for one
-already completed, 2002 for a user who neither owns the job nor administers.
+answered with ``status[]`` entries (``DELETE /slurm/<v>/jobs/`` with a
+``kill_jobs_msg`` body too), and Slurm's errors in the shape the node exchanges
+were recorded in: 2017 for a job Slurm does not know, 2002 for a user who
+neither owns the job nor administers; a job already completed is a success with
+a warning (as slurmrestd's handler answers ESLURM_ALREADY_DONE) and 2021 in its
+status entry; the singular path rejects ids from MAX_JOB_ID on (federation ids)
+with 9000, before slurmctld is asked, as slurmrestd's handler does.
 The recording has no job exchanges; these follow the document. There is no
 REST requeue in v0.0.42: :meth:`FakeSlurmrestd.scontrol` answers ``scontrol
 requeue`` as 22.05 does (``fakes/scontrol.py`` is the command).
@@ -184,6 +188,8 @@ class FakeSlurmrestd:
         for jobs in ("/slurm/{version}/jobs", "/slurm/{version}/jobs/"):
             app.router.add_get(jobs, self._get_jobs)
         app.router.add_delete("/slurm/{version}/job/{job_id}", self._delete_job)
+        for jobs in ("/slurm/{version}/jobs", "/slurm/{version}/jobs/"):
+            app.router.add_delete(jobs, self._delete_jobs)
         app.router.add_post("/fake/scontrol", self._scontrol)
         app.middlewares.append(self._middleware)
         self._runner = web.AppRunner(app, access_log=None)
@@ -214,14 +220,19 @@ class FakeSlurmrestd:
         n.base, n.flags = "IDLE", [f for f in n.flags if f != "DRAIN"]
 
     def add_job(
-        self, *nodes: str, name: str = "train", user: str = "alice", requeue: bool = True
+        self,
+        *nodes: str,
+        name: str = "train",
+        user: str = "alice",
+        requeue: bool = True,
+        job_id: int | None = None,
     ) -> int:
-        """A batch job RUNNING on ``nodes``; its job id."""
-        self._next_job += 1
-        self.jobs[self._next_job] = FakeJob(
-            self._next_job, list(nodes), name, user, "RUNNING", requeue
-        )
-        return self._next_job
+        """A batch job RUNNING on ``nodes``; its job id (``job_id``, else the next one)."""
+        if job_id is None:
+            self._next_job += 1
+            job_id = self._next_job
+        self.jobs[job_id] = FakeJob(job_id, list(nodes), name, user, "RUNNING", requeue)
+        return job_id
 
     def scontrol(self, argv: list[str]) -> tuple[int, str, str]:
         """``scontrol requeue JOB`` against this slurmctld: (rc, stdout, stderr) as 22.05 prints."""
@@ -435,34 +446,85 @@ class FakeSlurmrestd:
         raw_id = request.match_info["job_id"]
         signal = request.query.get("signal", "KILL").upper().removeprefix("SIG")
         flags = request.query.get("flags", "FULL_JOB")
-        if flags not in SIGNAL_FLAGS:
-            return self._json(
-                _errors(("Data parser unable to parse invalid flag", 9207, f"Unknown {flags!r}")),
-                400,
+        refused = _bad_signal_request(signal, [flags])
+        if refused is not None:
+            return self._json(refused, 400)
+        if not raw_id.isdigit() or not 0 < int(raw_id) < MAX_JOB_ID:
+            # slurmrestd's handler, before slurmctld is asked (ESLURM_REST_INVALID_QUERY).
+            invalid = (
+                "Query empty or not RFC7320 compliant",
+                9000,
+                f"Invalid JobID={raw_id} rejected",
             )
-        if signal not in SIGNALS and not signal.isdigit():
-            return self._json(_errors(("Invalid signal", 9001, f"Unknown signal {signal!r}")), 400)
-        job = self.jobs.get(int(raw_id)) if raw_id.isdigit() else None
-        failure = f"Failure to signal job {raw_id}"
+            return self._json(_errors(invalid), 500)
+        error = self._signal(int(raw_id), signal, flags, request[USER])
+        if error is not None and error[1] != 2021:
+            return self._json(_errors(error), 500)
+        body = {"status": [_kill_status(int(raw_id), error, flags)], "errors": [], "warnings": []}
+        if error is not None:  # already done: slurmrestd answers success with a warning
+            body["warnings"] = [{"description": "Job was already sent signal", "source": ""}]
+        return self._json(body)
+
+    async def _delete_jobs(self, request: web.Request) -> web.Response:
+        """``kill_jobs_msg``: the named jobs (``jobs``) are signalled; one status entry each."""
+        self._check_version(request)
+        body = orjson.loads(await request.read())
+        signal = str(body.get("signal", "KILL")).upper().removeprefix("SIG")
+        flags = [str(f) for f in body.get("flags") or []]
+        refused = _bad_signal_request(signal, flags)
+        if refused is not None:
+            return self._json(refused, 400)
+        status = []
+        for raw in body.get("jobs") or []:
+            job_id = int(raw) if str(raw).isdigit() else 0
+            error = self._signal(job_id, signal, "+".join(flags), request[USER])
+            status.append(_kill_status(job_id, error, "+".join(flags)))
+        return self._json({"status": status, "errors": [], "warnings": []})
+
+    def _signal(
+        self, job_id: int, signal: str, flags: str, user: str
+    ) -> tuple[str, int, str] | None:
+        """Signal one job as slurmctld does; the error (text, number, description) if not."""
+        job = self.jobs.get(job_id)
+        failure = f"unable to send signal to JobId={job_id}"
         if job is None:
-            return self._json(_errors(("Invalid job id specified", 2017, failure)), 500)
+            return ("Invalid job id specified", 2017, failure)
         if job.state == "COMPLETED":
-            done = "Job/step already completing or completed"
-            return self._json(_errors((done, 2021, failure)), 500)
-        if request[USER] not in self.admins and request[USER] != job.user:
-            return self._json(_errors(("Access/permission denied", 2002, failure)), 500)
+            return ("Job/step already completing or completed", 2021, failure)
+        if user not in self.admins and user != job.user:
+            return ("Access/permission denied", 2002, failure)
         job.signals.append((signal, flags))
-        status = {
-            "error": {"string": "No error", "code": 0, "message": ""},
-            "step_id": "batch" if flags == "BATCH_JOB" else "",
-            "job_id": {"set": True, "infinite": False, "number": job.job_id},
-            "federation": {"sibling": ""},
-        }
-        return self._json({"status": [status], "errors": [], "warnings": []})
+        return None
 
     async def _scontrol(self, request: web.Request) -> web.Response:
         rc, out, err = self.scontrol([str(a) for a in orjson.loads(await request.read())])
         return self._json({"rc": rc, "stdout": out, "stderr": err})
+
+
+MAX_JOB_ID = 0x03FFFFFF
+
+
+def _bad_signal_request(signal: str, flags: list[str]) -> dict[str, Any] | None:
+    """The data parser's refusal of an unknown flag or signal (HTTP 400), or None."""
+    unknown = [f for f in flags if f not in SIGNAL_FLAGS]
+    if unknown:
+        return _errors(
+            ("Data parser unable to parse invalid flag", 9207, f"Unknown {unknown[0]!r}")
+        )
+    if signal not in SIGNALS and not signal.isdigit():
+        return _errors(("Invalid signal", 9001, f"Unknown signal {signal!r}"))
+    return None
+
+
+def _kill_status(job_id: int, error: tuple[str, int, str] | None, flags: str) -> dict[str, Any]:
+    """One ``status`` entry of a kill response."""
+    text, code, message = error if error is not None else ("No error", 0, "")
+    return {
+        "error": {"string": text, "code": code, "message": message},
+        "step_id": "batch" if flags == "BATCH_JOB" else "",
+        "job_id": {"set": True, "infinite": False, "number": job_id},
+        "federation": {"sibling": ""},
+    }
 
 
 def compress_hostlist(names: Iterable[str]) -> str:

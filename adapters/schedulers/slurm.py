@@ -201,8 +201,16 @@ class SlurmSink:
         version = await self._ensure_api()
         return version if self.info is not None and self.info.can_signal(version) else None
 
+    def can_bulk_signal(self, version: str) -> bool:
+        """The server lists ``DELETE /slurm/<version>/jobs/`` (signal jobs named in a body)."""
+        return self.info is not None and version in self.info.bulk_signal
+
     async def call(
-        self, method: str, path: str, params: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
         """One REST request on this sink's session and token (for the job notices).
 
@@ -211,10 +219,10 @@ class SlurmSink:
         """
         if params:
             path = f"{path}?{urlencode(params)}"
-        status, body = await self._request(method, path)
-        if status == 404 and not (isinstance(body, dict) and slurm_errors(body)):
+        status, answer = await self._request(method, path, body)
+        if status == 404 and not (isinstance(answer, dict) and slurm_errors(answer)):
             self._version = None
-        return status, body
+        return status, answer
 
     # ------------------------------------------------------------------ reads
 

@@ -10,6 +10,11 @@ to v0.0.41 have the same ones):
   scope maps to ``flags`` as scancel's options do: full -> FULL_JOB (batch
   shell, its children, every step), batch -> BATCH_JOB, steps ->
   FULL_STEPS_ONLY. Without ``flags`` slurmrestd itself defaults to FULL_JOB.
+  slurmrestd's handler of that path rejects a job id at or above MAX_JOB_ID
+  (0x03FFFFFF) before asking slurmctld — every job of a federation member, whose
+  top bits carry the cluster — so those go through ``DELETE /slurm/<v>/jobs/``
+  with the body ``{"jobs": [id], "signal": ..., "flags": [...]}``
+  (``kill_jobs_msg``) where the server lists it.
 - Requeue: v0.0.42 has no requeue endpoint (``POST /slurm/<v>/job/{job_id}``
   updates the job's description; its ``requeue`` field is the permission
   ``--requeue`` sets, not the action), so ``scontrol requeue`` does it, as on
@@ -43,6 +48,7 @@ SCOPE_FLAGS: dict[SignalScope, str] = {
     "batch": "BATCH_JOB",
     "steps": "FULL_STEPS_ONLY",
 }
+MAX_JOB_ID = 0x03FFFFFF  # slurm.h: the singular job path rejects ids from here on
 GONE_ERRORS = {2017: "invalid job id", 2021: "already completing or completed"}
 OPERATOR_ERRORS = {
     2002: "access denied: the token's user may not signal this job",
@@ -74,10 +80,14 @@ class SlurmRestJobs:
         return version
 
     async def _call(
-        self, method: str, path: str, params: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
         try:
-            return await self._sink.call(method, path, params)
+            return await self._sink.call(method, path, params, body)
         except DeliveryError as err:
             raise _job_error(err) from err
 
@@ -102,9 +112,14 @@ class SlurmRestJobs:
         if version is None:
             return await self._commands.notify(job, terms)
         signal = terms.signal
+        what = f"signal {signal} to job {job.job_id}"
+        if int(job.job_id) >= MAX_JOB_ID and self._sink.can_bulk_signal(version):
+            kill = {"jobs": [job.job_id], "signal": signal, "flags": [self._flags]}
+            status, body = await self._call("DELETE", f"/slurm/{version}/jobs/", body=kill)
+            return _outcome(what, status, body)
         params = {"signal": signal, "flags": self._flags}
         status, body = await self._call("DELETE", f"/slurm/{version}/job/{job.job_id}", params)
-        return _outcome(f"signal {signal} to job {job.job_id}", status, body)
+        return _outcome(what, status, body)
 
     async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
         """Nothing, as with the commands: a signal carries no deadline and cannot be taken back."""

@@ -38,6 +38,7 @@ class ApiInfo:
     versions: tuple[str, ...]  # every slurmctld API version served, oldest first
     node_write: tuple[str, ...]  # the versions with POST /slurm/<v>/node/{node_name}
     job_control: tuple[str, ...] = ()  # >= v0.0.39 with GET jobs and DELETE job/{job_id}
+    bulk_signal: tuple[str, ...] = ()  # DELETE /slurm/<v>/jobs/ (a kill_jobs_msg body)
 
     def pick(self, wanted: str | None = None) -> str:
         """The version to speak: ``wanted`` if served, else the newest."""
@@ -66,6 +67,7 @@ def api_info(spec: Mapping[str, Any]) -> ApiInfo:
     writable: set[str] = set()
     job_list: set[str] = set()
     job_signal: set[str] = set()
+    bulk: set[str] = set()
     for path, methods in paths.items():
         m = _VERSION.match(path)
         if not m or not isinstance(methods, Mapping):
@@ -77,10 +79,12 @@ def api_info(spec: Mapping[str, Any]) -> ApiInfo:
             writable.add(version)
         if rest == "jobs" and "get" in methods:
             job_list.add(version)
+        if rest == "jobs" and "delete" in methods:
+            bulk.add(version)
         if rest == "job/{job_id}" and "delete" in methods:
             job_signal.add(version)
     jobs = {v for v in job_list & job_signal if version_tuple(v) >= JOB_CONTROL_SINCE}
-    return ApiInfo(_sorted(versions), _sorted(writable), _sorted(jobs))
+    return ApiInfo(_sorted(versions), _sorted(writable), _sorted(jobs), _sorted(bulk & jobs))
 
 
 def _sorted(versions: Iterable[str]) -> tuple[str, ...]:

@@ -169,7 +169,7 @@ async def test_a_refused_token_is_reported_retried_and_the_notice_goes_on_once_f
         async with notices(tmp_path, jobs) as n:
             n.settled(decision("gpu01", Action.DRAIN), Status.CONFIRMED, "read back")
             await wait_until(lambda: n.counts.retries["auth"] >= 2, what="auth retries")
-            assert "an operator must fix this" in caplog.text
+            assert "refused even after a refresh" in caplog.text
             assert any(r.levelname == "ERROR" for r in caplog.records)
             assert not fake.jobs[job].signals
             write_secret(slurm_token, "token-root\n")  # the operator rotates it back
@@ -343,10 +343,10 @@ async def test_the_daemon_takes_the_rest_path_with_a_rest_url(slurm_token: Path)
 
 
 async def test_a_restart_between_the_signal_and_the_requeue_neither_repeats_nor_forgets(
-    fake: FakeSlurmrestd, token_file: Path, tmp_path: Path
+    fake: FakeSlurmrestd, slurm_token: Path, tmp_path: Path
 ) -> None:
     job = fake.add_job("gpu01")
-    sink, jobs = rest_jobs(fake, token_file)
+    sink, jobs = rest_jobs(fake, slurm_token)
     slow = NoticeSettings(checkpoint_grace_s=3600.0, retry_initial_s=0.02, retry_max_s=0.05)
     try:
         async with notices(tmp_path, jobs, slow) as n:
@@ -363,3 +363,23 @@ async def test_a_restart_between_the_signal_and_the_requeue_neither_repeats_nor_
         await sink.close()
     assert fake.jobs[job].signals == [("USR1", "FULL_JOB")]
     assert (fake.jobs[job].state, fake.jobs[job].restarts) == ("PENDING", 1)
+
+
+async def test_a_federation_job_id_is_signalled_through_the_job_list_path(
+    fake: FakeSlurmrestd, slurm_token: Path
+) -> None:
+    # A federation member's ids carry the cluster in their top bits: above MAX_JOB_ID,
+    # which slurmrestd's DELETE job/{job_id} rejects before asking slurmctld.
+    big = fake.add_job("gpu01", job_id=(3 << 26) + 41)
+    sink, jobs = rest_jobs(fake, slurm_token)
+    try:
+        (listed,) = await jobs.running("gpu01")
+        assert await jobs.notify(listed, terms("USR1")) == (Outcome.DONE, "ok")
+        gone, _ = await jobs.notify(RunningJob(str((3 << 26) + 42)), terms("USR1"))
+        status, _ = await sink.call("DELETE", f"/slurm/v0.0.42/job/{big}", {"signal": "USR1"})
+    finally:
+        await sink.close()
+    assert listed.job_id == str(big) and gone is Outcome.GONE
+    assert fake.jobs[big].signals == [("USR1", "FULL_JOB")]
+    assert ("DELETE", "/slurm/v0.0.42/jobs/") in fake.requests
+    assert status == 500  # the singular path would have refused it
