@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from adapters.base import SchedulerSink
 from policies.model import Action, Decision
 from policies.safety import reason_excludes, reason_is_ours
+
+ExcludeState = Literal["drain", "down"]
+# What an exclusion sets, the one default of every sink and of the config
+# ([scheduler] exclude_state): "drain" (Slurm DRAIN, Kubernetes NoSchedule; the
+# job notices tell the running work, then requeue or evict it after the grace);
+# "down" (Slurm DOWN, Kubernetes NoExecute) ends it at once.
+EXCLUDE_STATE_DEFAULT: ExcludeState = "drain"
 
 
 @dataclass(frozen=True, slots=True)

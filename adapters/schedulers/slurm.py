@@ -28,7 +28,12 @@ import aiohttp
 import orjson
 
 from adapters.base import DeliveryError, http_error
-from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.base import (
+    EXCLUDE_STATE_DEFAULT,
+    ExcludeState,
+    NodeReadError,
+    NodeView,
+)
 from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.command import run_command
 from adapters.schedulers.listing import ListedNode, listed_scontrol, listed_slurm
@@ -53,10 +58,6 @@ _SPEC_PATHS = ("/openapi/v3", "/openapi.json", "/openapi")
 
 WriteVia = Literal["auto", "rest", "scontrol"]
 AuthScheme = Literal["x-slurm", "bearer"]
-ExcludeState = Literal["drain", "down"]
-# The one default, also the config's ([scheduler] exclude_state): an exclusion
-# drains, and the job notices tell and requeue the running jobs; "down" kills them.
-EXCLUDE_STATE_DEFAULT: ExcludeState = "drain"
 
 
 class SlurmSink:

@@ -80,8 +80,9 @@ class SchedulerView:
             if prior is not None and n.reason_at is None:
                 since = prior.since  # the scheduler keeps no time: when we first saw it
             m = _FOLLOWING.search(v.reason)
-            # An exclusion carried out as a DRAIN (Slurm's exclude_state = "drain")
-            # says so in its reason; DOWN is one whatever the reason.
+            # An exclusion carried out as a drain (exclude_state = "drain", the default:
+            # Slurm DRAIN, Kubernetes NoSchedule) says so in its reason; DOWN (or
+            # NoExecute) is one whatever the reason.
             action = Action.EXCLUDE if v.down or reason_excludes(v.reason) else Action.DRAIN
             out[v.node] = OutOfService(
                 v.node, rack, action, reason_domain(v.reason), since, m.group(1) if m else ""

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from adapters.schedulers.slurm import EXCLUDE_STATE_DEFAULT, ExcludeState
+from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState
 from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
 from daemon.delivery.outbox import location_problem, outbox_location
@@ -190,7 +190,7 @@ class KubernetesSchedulerConfig(NoticeGraceSettings):
     taint_key: str = "rackguard.io/thermal"
     # What an exclusion sets: "drain" (a NoSchedule taint: the pods are told, then
     # evicted after critical_grace_s) or "down" (NoExecute: evicted at once, no grace).
-    exclude_state: Literal["drain", "down"] = "drain"
+    exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT
     # Evict the pods still on the node at the notice's deadline (Eviction API,
     # honours PodDisruptionBudgets). false: annotate and tell them only.
     evict: bool = True
