@@ -11,6 +11,20 @@ for a moment. Versions below v0.0.39 answer a node POST with 405, like 22.05.
 
 Every accepted write is recorded (``writes``) with the state before and after,
 so tests can assert that nothing was applied twice.
+
+Running jobs (``add_job``) follow Slurm 24.11's OpenAPI document (v0.0.42): the
+job list ``GET /slurm/<v>/jobs/`` (``job_state`` a list, ``nodes`` a hostlist,
+``job_id`` a number), the signal ``DELETE /slurm/<v>/job/{job_id}?signal=&flags=``
+answered with ``status[]`` entries (``DELETE /slurm/<v>/jobs/`` with a
+``kill_jobs_msg`` body too), and Slurm's errors in the shape the node exchanges
+were recorded in: 2017 for a job Slurm does not know, 2002 for a user who
+neither owns the job nor administers; a job already completed is a success with
+a warning (as slurmrestd's handler answers ESLURM_ALREADY_DONE) and 2021 in its
+status entry; the singular path rejects ids from MAX_JOB_ID on (federation ids)
+with 9000, before slurmctld is asked, as slurmrestd's handler does.
+The recording has no job exchanges; these follow the document. There is no
+REST requeue in v0.0.42: :meth:`FakeSlurmrestd.scontrol` answers ``scontrol
+requeue`` as 22.05 does (``fakes/scontrol.py`` is the command).
 """
 
 from __future__ import annotations
@@ -27,6 +41,22 @@ from aiohttp import web
 
 USER = web.RequestKey("user", str)
 KNOWN_STATES = {"DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE", "FAIL"}
+# DELETE /slurm/<v>/job/{job_id}: the ``flags`` values v0.0.42 documents.
+SIGNAL_FLAGS = {
+    "BATCH_JOB",
+    "ARRAY_TASK",
+    "FULL_STEPS_ONLY",
+    "FULL_JOB",
+    "FEDERATION_REQUEUE",
+    "HURRY",
+    "OUT_OF_MEMORY",
+    "NO_SIBLING_JOBS",
+    "RESERVATION_JOB",
+    "VERBOSE",
+    "CRON_JOBS",
+    "WARNING_SENT",
+}
+SIGNALS = {"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "ALRM"}
 
 
 def expand_hostlist(expr: str) -> list[str]:
@@ -65,6 +95,20 @@ class FakeNode:
     def held(self) -> str:
         """A compact form for the write log: IDLE, IDLE+DRAIN, DOWN, ..."""
         return "+".join([self.base, *self.flags])
+
+
+@dataclass
+class FakeJob:
+    """One batch job as slurmctld holds it."""
+
+    job_id: int
+    nodes: list[str]
+    name: str = "train"
+    user: str = "alice"
+    state: str = "RUNNING"  # RUNNING, PENDING, COMPLETED
+    requeue: bool = True  # sbatch --requeue (the default) / --no-requeue
+    restarts: int = 0
+    signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, flags) received
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +157,8 @@ class FakeSlurmrestd:
         self.admins = set(admins)
         self.resume_settle_s = resume_settle_s
         self.writes: list[Write] = []
+        self.jobs: dict[int, FakeJob] = {}
+        self._next_job = 1000
         self.requests: list[tuple[str, str]] = []
         self.auth_failures = 0
         # Fault controls: answer this status to the next N requests.
@@ -139,6 +185,12 @@ class FakeSlurmrestd:
         app.router.add_get("/slurm/{version}/node/{name}", self._get_node)
         app.router.add_post("/slurm/{version}/node/{name}", self._post_node)
         app.router.add_post("/slurm/{version}/nodes", self._post_nodes)
+        for jobs in ("/slurm/{version}/jobs", "/slurm/{version}/jobs/"):
+            app.router.add_get(jobs, self._get_jobs)
+        app.router.add_delete("/slurm/{version}/job/{job_id}", self._delete_job)
+        for jobs in ("/slurm/{version}/jobs", "/slurm/{version}/jobs/"):
+            app.router.add_delete(jobs, self._delete_jobs)
+        app.router.add_post("/fake/scontrol", self._scontrol)
         app.middlewares.append(self._middleware)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -166,6 +218,35 @@ class FakeSlurmrestd:
         """An administrator resumes the node by hand."""
         n = self.nodes[node]
         n.base, n.flags = "IDLE", [f for f in n.flags if f != "DRAIN"]
+
+    def add_job(
+        self,
+        *nodes: str,
+        name: str = "train",
+        user: str = "alice",
+        requeue: bool = True,
+        job_id: int | None = None,
+    ) -> int:
+        """A batch job RUNNING on ``nodes``; its job id (``job_id``, else the next one)."""
+        if job_id is None:
+            self._next_job += 1
+            job_id = self._next_job
+        self.jobs[job_id] = FakeJob(job_id, list(nodes), name, user, "RUNNING", requeue)
+        return job_id
+
+    def scontrol(self, argv: list[str]) -> tuple[int, str, str]:
+        """``scontrol requeue JOB`` against this slurmctld: (rc, stdout, stderr) as 22.05 prints."""
+        if len(argv) != 2 or argv[0] != "requeue":
+            return 1, "", f"scontrol: error: fake scontrol knows only 'requeue JOB': {argv}"
+        job = self.jobs.get(int(argv[1])) if argv[1].isdigit() else None
+        if job is None:
+            return 1, "", f"Invalid job id specified for job {argv[1]}"
+        if job.state != "RUNNING":
+            return 1, "", f"Job/step already completing or completed for job {argv[1]}"
+        if not job.requeue:
+            return 1, "", f"Requested operation is presently disabled for job {argv[1]}"
+        job.state, job.restarts = "PENDING", job.restarts + 1
+        return 0, "", ""
 
     # ------------------------------------------------------------------ HTTP
 
@@ -225,6 +306,8 @@ class FakeSlurmrestd:
         paths: dict[str, Any] = {}
         for v in self.versions:
             paths[f"/slurm/{v}/ping"] = {"get": {}}
+            paths[f"/slurm/{v}/jobs/"] = {"get": {}, "delete": {}}
+            paths[f"/slurm/{v}/job/{{job_id}}"] = {"get": {}, "post": {}, "delete": {}}
             paths[f"/slurm/{v}/nodes"] = {"get": {}}
             node: dict[str, Any] = {"get": {}}
             if _version_tuple(v) >= (0, 0, 39):
@@ -332,3 +415,140 @@ class FakeSlurmrestd:
                 Write(name, "+".join(states), reason, before, node.held(), user, time.time())
             )
         return self._json({"errors": [], "warnings": []})
+
+    # ------------------------------------------------------------------ jobs
+
+    def _job_json(self, job: FakeJob, version: str) -> dict[str, Any]:
+        unset = {"set": False, "infinite": False, "number": 0}
+        state: Any = [job.state] if _version_tuple(version) >= (0, 0, 39) else job.state
+        return {
+            "job_id": job.job_id,
+            "name": job.name,
+            "user_name": job.user,
+            "job_state": state,
+            "nodes": compress_hostlist(job.nodes) if job.state == "RUNNING" else "",
+            "batch_flag": True,
+            "requeue": job.requeue,
+            "restart_cnt": job.restarts,
+            "array_job_id": {"set": True, "infinite": False, "number": 0},
+            "array_task_id": unset,
+        }
+
+    async def _get_jobs(self, request: web.Request) -> web.Response:
+        version = self._check_version(request)
+        jobs = [self._job_json(j, version) for j in self.jobs.values()]
+        now = {"set": True, "infinite": False, "number": int(time.time())}
+        body = {"jobs": jobs, "last_backfill": now, "last_update": now}
+        return self._json({**body, "errors": [], "warnings": []})
+
+    async def _delete_job(self, request: web.Request) -> web.Response:
+        self._check_version(request)
+        raw_id = request.match_info["job_id"]
+        signal = request.query.get("signal", "KILL").upper().removeprefix("SIG")
+        flags = request.query.get("flags", "FULL_JOB")
+        refused = _bad_signal_request(signal, [flags])
+        if refused is not None:
+            return self._json(refused, 400)
+        if not raw_id.isdigit() or not 0 < int(raw_id) < MAX_JOB_ID:
+            # slurmrestd's handler, before slurmctld is asked (ESLURM_REST_INVALID_QUERY).
+            invalid = (
+                "Query empty or not RFC7320 compliant",
+                9000,
+                f"Invalid JobID={raw_id} rejected",
+            )
+            return self._json(_errors(invalid), 500)
+        error = self._signal(int(raw_id), signal, flags, request[USER])
+        if error is not None and error[1] != 2021:
+            return self._json(_errors(error), 500)
+        body = {"status": [_kill_status(int(raw_id), error, flags)], "errors": [], "warnings": []}
+        if error is not None:  # already done: slurmrestd answers success with a warning
+            body["warnings"] = [{"description": "Job was already sent signal", "source": ""}]
+        return self._json(body)
+
+    async def _delete_jobs(self, request: web.Request) -> web.Response:
+        """``kill_jobs_msg``: the named jobs (``jobs``) are signalled; one status entry each."""
+        self._check_version(request)
+        body = orjson.loads(await request.read())
+        signal = str(body.get("signal", "KILL")).upper().removeprefix("SIG")
+        flags = [str(f) for f in body.get("flags") or []]
+        refused = _bad_signal_request(signal, flags)
+        if refused is not None:
+            return self._json(refused, 400)
+        status = []
+        for raw in body.get("jobs") or []:
+            job_id = int(raw) if str(raw).isdigit() else 0
+            error = self._signal(job_id, signal, "+".join(flags), request[USER])
+            status.append(_kill_status(job_id, error, "+".join(flags)))
+        return self._json({"status": status, "errors": [], "warnings": []})
+
+    def _signal(
+        self, job_id: int, signal: str, flags: str, user: str
+    ) -> tuple[str, int, str] | None:
+        """Signal one job as slurmctld does; the error (text, number, description) if not."""
+        job = self.jobs.get(job_id)
+        failure = f"unable to send signal to JobId={job_id}"
+        if job is None:
+            return ("Invalid job id specified", 2017, failure)
+        if job.state == "COMPLETED":
+            return ("Job/step already completing or completed", 2021, failure)
+        if user not in self.admins and user != job.user:
+            return ("Access/permission denied", 2002, failure)
+        job.signals.append((signal, flags))
+        return None
+
+    async def _scontrol(self, request: web.Request) -> web.Response:
+        rc, out, err = self.scontrol([str(a) for a in orjson.loads(await request.read())])
+        return self._json({"rc": rc, "stdout": out, "stderr": err})
+
+
+MAX_JOB_ID = 0x03FFFFFF
+
+
+def _bad_signal_request(signal: str, flags: list[str]) -> dict[str, Any] | None:
+    """The data parser's refusal of an unknown flag or signal (HTTP 400), or None."""
+    unknown = [f for f in flags if f not in SIGNAL_FLAGS]
+    if unknown:
+        return _errors(
+            ("Data parser unable to parse invalid flag", 9207, f"Unknown {unknown[0]!r}")
+        )
+    if signal not in SIGNALS and not signal.isdigit():
+        return _errors(("Invalid signal", 9001, f"Unknown signal {signal!r}"))
+    return None
+
+
+def _kill_status(job_id: int, error: tuple[str, int, str] | None, flags: str) -> dict[str, Any]:
+    """One ``status`` entry of a kill response."""
+    text, code, message = error if error is not None else ("No error", 0, "")
+    return {
+        "error": {"string": text, "code": code, "message": message},
+        "step_id": "batch" if flags == "BATCH_JOB" else "",
+        "job_id": {"set": True, "infinite": False, "number": job_id},
+        "federation": {"sibling": ""},
+    }
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """gpu01, gpu02, gpu04 -> ``gpu[01-02,04]``, as Slurm writes a job's nodes."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in names:
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        if m is None:
+            plain.append(name)
+            continue
+        groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
+    out = list(plain)
+    for (prefix, width), found in groups.items():
+        numbers = sorted(set(found))
+        if len(numbers) == 1:
+            out.append(f"{prefix}{numbers[0]:0{width}d}")
+            continue
+        runs: list[list[int]] = []
+        for n in numbers:
+            if runs and n == runs[-1][-1] + 1:
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        parts = [f"{r[0]:0{width}d}" + (f"-{r[-1]:0{width}d}" if len(r) > 1 else "") for r in runs]
+        out.append(f"{prefix}[{','.join(parts)}]")
+    return ",".join(out)

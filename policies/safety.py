@@ -92,23 +92,34 @@ class BreakerState:
         return self.open_since is not None
 
 
+# An exclusion's reason says so right after the tag: ``rackguard[gpu]: exclude: ...``.
+# Slurm carries an exclusion out as a DRAIN by default (exclude_state = "drain"), so
+# the node's state alone no longer tells other agents it was critical. After the
+# tag, not inside it: agents of an older release still read the domain and ``ours``.
+EXCLUDE_MARK = "exclude:"
+
+
 def scheduler_reason(d: Decision) -> str:
     """The reason as the scheduler records it: the domain tagged, ``rackguard[cooling_loop]: ...``.
 
-    Other agents read the domain back from the scheduler (:func:`reason_domain`)
-    to follow a rack-wide drain and to count budgets.
+    An exclusion is marked after the tag (``rackguard[gpu]: exclude: ...``).
+    Other agents read the domain (:func:`reason_domain`) and the action
+    (:func:`reason_excludes`) back from the scheduler, to follow a rack-wide
+    drain, to count budgets and to flag critical trips.
     """
-    if d.action is Action.RESUME or d.domain is FaultDomain.NONE:
+    if d.action is Action.RESUME:
         return d.reason
-    return f"rackguard[{d.domain.value}]:{d.reason.removeprefix(REASON_PREFIX)}"
+    text = d.reason.removeprefix(REASON_PREFIX)
+    if d.action is Action.EXCLUDE:
+        text = f" {EXCLUDE_MARK}{text}"
+    if d.domain is FaultDomain.NONE:
+        return f"{REASON_PREFIX}{text}"
+    return f"rackguard[{d.domain.value}]:{text}"
 
 
 def reason_is_ours(reason: str) -> bool:
     """A hold with rackguard's reason: ``rackguard: ...`` or ``rackguard[<domain>]: ...``."""
-    if reason.startswith(REASON_PREFIX):
-        return True
-    tag, sep, _ = reason.partition("]:")
-    return bool(sep) and tag.startswith("rackguard[") and tag[10:] in _DOMAIN_VALUES
+    return _reason_text(reason) is not None
 
 
 def reason_domain(reason: str) -> FaultDomain:
@@ -117,6 +128,26 @@ def reason_domain(reason: str) -> FaultDomain:
     if sep and tag.startswith("rackguard[") and tag[10:] in _DOMAIN_VALUES:
         return FaultDomain(tag[10:])
     return FaultDomain.NONE
+
+
+def reason_excludes(reason: str) -> bool:
+    """True when rackguard's reason marks an exclusion (``rackguard[gpu]: exclude: ...``).
+
+    Reasons written before the mark existed say nothing: False (the caller
+    falls back on the node's state, DOWN being an exclusion).
+    """
+    text = _reason_text(reason)
+    return text is not None and text.lstrip().startswith(EXCLUDE_MARK)
+
+
+def _reason_text(reason: str) -> str | None:
+    """What follows rackguard's prefix or tag; None for a reason that is not ours."""
+    if reason.startswith(REASON_PREFIX):
+        return reason.removeprefix(REASON_PREFIX)
+    tag, sep, text = reason.partition("]:")
+    if sep and tag.startswith("rackguard[") and tag[10:] in _DOMAIN_VALUES:
+        return text
+    return None
 
 
 _DOMAIN_VALUES = frozenset(d.value for d in FaultDomain)

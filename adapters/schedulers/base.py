@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from adapters.base import SchedulerSink
 from policies.model import Action, Decision
-from policies.safety import reason_is_ours
+from policies.safety import reason_excludes, reason_is_ours
+
+ExcludeState = Literal["drain", "down"]
+# What an exclusion sets, the one default of every sink and of the config
+# ([scheduler] exclude_state): "drain" (Slurm DRAIN, Kubernetes NoSchedule; the
+# job notices tell the running work, then requeue or evict it after the grace);
+# "down" (Slurm DOWN, Kubernetes NoExecute) ends it at once.
+EXCLUDE_STATE_DEFAULT: ExcludeState = "drain"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +54,17 @@ class NodeView:
         """True when the node already is where ``action`` would put it.
 
         ``exclude_down=False``: the sink carries out an exclusion as a drain
-        (Slurm's ``exclude_state = "drain"``), so a drained node satisfies it.
+        (Slurm's ``exclude_state = "drain"``), so a drained node satisfies it;
+        and a drain whose reason marks an exclusion does not satisfy a drain
+        (the reason is rewritten, so other agents no longer read it as critical).
         """
         if not self.exists:
             return False
         if action is Action.RESUME:
             return not self.held
         if self.foreign or self.unsettled:
+            return False
+        if action is Action.DRAIN and not exclude_down and reason_excludes(self.reason):
             return False
         if action is Action.DRAIN or not exclude_down:
             return self.drained or (action is Action.EXCLUDE and self.down)

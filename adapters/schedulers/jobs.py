@@ -44,13 +44,15 @@ class NoticeTerms:
 class JobControlError(Exception):
     """The scheduler could not be asked (unreachable, timed out): retry later.
 
-    ``permanent``: refused for a cause an operator fixes (a missing permission):
-    retried much more slowly and reported, like a refused delivery.
+    ``permanent``: refused for a cause an operator fixes (a missing permission, a
+    token it will not take): retried much more slowly and reported, like a
+    refused delivery. ``reason`` is a short metric label.
     """
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, reason: str = "") -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.reason = reason or ("refused" if permanent else "unreachable")
 
 
 class JobControl(Protocol):

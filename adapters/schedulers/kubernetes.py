@@ -26,14 +26,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import orjson
 
 from adapters.base import DeliveryError, http_error
-from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState, NodeReadError, NodeView
 from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.listing import ListedNode, listed_kube
 from policies.model import Action, Decision
@@ -234,7 +234,7 @@ class KubernetesSink:
         conn: KubeConnection,
         *,
         taint_key: str = "rackguard.io/thermal",
-        exclude_state: Literal["drain", "down"] = "drain",
+        exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT,
         record_events: bool = True,
         timeout_s: float = 10.0,
         conflict_retries: int = 5,

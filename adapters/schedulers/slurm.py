@@ -22,12 +22,18 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
 
 from adapters.base import DeliveryError, http_error
-from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.base import (
+    EXCLUDE_STATE_DEFAULT,
+    ExcludeState,
+    NodeReadError,
+    NodeView,
+)
 from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.command import run_command
 from adapters.schedulers.listing import ListedNode, listed_scontrol, listed_slurm
@@ -69,7 +75,7 @@ class SlurmSink:
         scontrol: Sequence[str] = ("scontrol",),
         slurm_conf: Path | None = None,
         timeout_s: float = 10.0,
-        exclude_state: Literal["drain", "down"] = "down",
+        exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT,
     ) -> None:
         if rest_url is None and write_via == "rest":
             raise ValueError("write_via = 'rest' needs a REST URL")
@@ -184,6 +190,40 @@ class SlurmSink:
             "REST" if self._rest_writes else "scontrol",
         )
         return version
+
+    async def job_api(self) -> str | None:
+        """The API version to list and signal running jobs through; None: use the commands.
+
+        None without a REST URL or where the server cannot (Slurm < 23.02).
+        Raises DeliveryError while slurmrestd cannot be asked.
+        """
+        if self._url is None:
+            return None
+        version = await self._ensure_api()
+        return version if self.info is not None and self.info.can_signal(version) else None
+
+    def can_bulk_signal(self, version: str) -> bool:
+        """The server lists ``DELETE /slurm/<version>/jobs/`` (signal jobs named in a body)."""
+        return self.info is not None and version in self.info.bulk_signal
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> tuple[int, Any]:
+        """One REST request on this sink's session and token (for the job notices).
+
+        A bare 404 (no Slurm error) may be an API version dropped by an upgrade:
+        the version is detected again on the next request, as for node reads.
+        """
+        if params:
+            path = f"{path}?{urlencode(params)}"
+        status, answer = await self._request(method, path, body)
+        if status == 404 and not (isinstance(answer, dict) and slurm_errors(answer)):
+            self._version = None
+        return status, answer
 
     # ------------------------------------------------------------------ reads
 

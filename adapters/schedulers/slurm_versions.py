@@ -20,6 +20,10 @@ from adapters.schedulers.base import NodeView
 
 _VERSION = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 NODE_WRITE_SINCE = (0, 0, 39)
+# Running jobs through REST from Slurm 23.02 (v0.0.39) on, like node writes: the
+# job list (GET /slurm/<v>/jobs/) and the signal (DELETE /slurm/<v>/job/{job_id}
+# with ?signal= and ?flags=). 22.05 keeps squeue / scancel.
+JOB_CONTROL_SINCE = (0, 0, 39)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -33,6 +37,8 @@ class ApiInfo:
 
     versions: tuple[str, ...]  # every slurmctld API version served, oldest first
     node_write: tuple[str, ...]  # the versions with POST /slurm/<v>/node/{node_name}
+    job_control: tuple[str, ...] = ()  # >= v0.0.39 with GET jobs and DELETE job/{job_id}
+    bulk_signal: tuple[str, ...] = ()  # DELETE /slurm/<v>/jobs/ (a kill_jobs_msg body)
 
     def pick(self, wanted: str | None = None) -> str:
         """The version to speak: ``wanted`` if served, else the newest."""
@@ -49,25 +55,36 @@ class ApiInfo:
         """True when nodes can be updated through REST at ``version``."""
         return version in self.node_write
 
+    def can_signal(self, version: str) -> bool:
+        """True when running jobs can be listed and signalled through REST at ``version``."""
+        return version in self.job_control
+
 
 def api_info(spec: Mapping[str, Any]) -> ApiInfo:
     """Parse an OpenAPI document (``GET /openapi/v3``)."""
     paths = spec.get("paths", {})
     versions: set[str] = set()
     writable: set[str] = set()
+    job_list: set[str] = set()
+    job_signal: set[str] = set()
+    bulk: set[str] = set()
     for path, methods in paths.items():
         m = _VERSION.match(path)
-        if not m:
+        if not m or not isinstance(methods, Mapping):
             continue
         version = m.group(1)
         versions.add(version)
-        if (
-            path.startswith(f"/slurm/{version}/node/")
-            and isinstance(methods, Mapping)
-            and "post" in methods
-        ):
+        rest = path.removeprefix(f"/slurm/{version}/").rstrip("/")
+        if rest.startswith("node/") and "post" in methods:
             writable.add(version)
-    return ApiInfo(_sorted(versions), _sorted(writable))
+        if rest == "jobs" and "get" in methods:
+            job_list.add(version)
+        if rest == "jobs" and "delete" in methods:
+            bulk.add(version)
+        if rest == "job/{job_id}" and "delete" in methods:
+            job_signal.add(version)
+    jobs = {v for v in job_list & job_signal if version_tuple(v) >= JOB_CONTROL_SINCE}
+    return ApiInfo(_sorted(versions), _sorted(writable), _sorted(jobs), _sorted(bulk & jobs))
 
 
 def _sorted(versions: Iterable[str]) -> tuple[str, ...]:

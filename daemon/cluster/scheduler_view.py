@@ -1,8 +1,9 @@
 """The cluster view from the scheduler: every node read every ``view_interval_s``.
 
 Nodes held with rackguard's reason are out of service (the domain from the
-reason's tag, since when from the scheduler's reason time); a node newly seen
-held is a trip, one no longer held a resume. Eventually consistent: agents
+reason's tag, an exclusion from the mark after it or a DOWN state, since when
+from the scheduler's reason time); a node newly seen held is a trip (critical
+for an exclusion), one no longer held a resume. Eventually consistent: agents
 deciding within one interval of each other do not see each other's drains, so
 a budget can be overshot by the drains made in one interval (docs/fleet.md).
 """
@@ -22,7 +23,7 @@ from types import MappingProxyType
 from adapters.schedulers.base import NodeReadError
 from adapters.schedulers.listing import ListedNode, NodeLister
 from policies.model import Action
-from policies.safety import ClusterView, Event, OutOfService, reason_domain
+from policies.safety import ClusterView, Event, OutOfService, reason_domain, reason_excludes
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,10 @@ class SchedulerView:
             if prior is not None and n.reason_at is None:
                 since = prior.since  # the scheduler keeps no time: when we first saw it
             m = _FOLLOWING.search(v.reason)
-            action = Action.EXCLUDE if v.down else Action.DRAIN
+            # An exclusion carried out as a drain (exclude_state = "drain", the default:
+            # Slurm DRAIN, Kubernetes NoSchedule) says so in its reason; DOWN (or
+            # NoExecute) is one whatever the reason.
+            action = Action.EXCLUDE if v.down or reason_excludes(v.reason) else Action.DRAIN
             out[v.node] = OutOfService(
                 v.node, rack, action, reason_domain(v.reason), since, m.group(1) if m else ""
             )

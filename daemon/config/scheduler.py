@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState
 from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
 from daemon.delivery.outbox import location_problem, outbox_location
@@ -133,7 +134,7 @@ class SlurmSchedulerConfig(NoticeGraceSettings):
     timeout_s: float = bounded(10.0, gt=0, le=120)
     # What an exclusion sets: "drain" (running jobs are told, then requeued after
     # critical_grace_s) or "down" (Slurm kills the node's running jobs at once).
-    exclude_state: Literal["drain", "down"] = "drain"
+    exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT
     # Once a drain or exclusion is applied, each job running on the node gets this
     # signal (a name as `scancel --signal` takes it: "USR1"); "" sends none (jobs
     # can still read GET /v1/node/notice).
@@ -189,7 +190,7 @@ class KubernetesSchedulerConfig(NoticeGraceSettings):
     taint_key: str = "rackguard.io/thermal"
     # What an exclusion sets: "drain" (a NoSchedule taint: the pods are told, then
     # evicted after critical_grace_s) or "down" (NoExecute: evicted at once, no grace).
-    exclude_state: Literal["drain", "down"] = "drain"
+    exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT
     # Evict the pods still on the node at the notice's deadline (Eviction API,
     # honours PodDisruptionBudgets). false: annotate and tell them only.
     evict: bool = True

@@ -37,6 +37,7 @@ import logging
 import math
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -151,6 +152,21 @@ class Notice:
         }
 
 
+@dataclass(slots=True)
+class NoticeCounts:
+    """What the notices did since the daemon started, for /metrics.
+
+    ``opened`` by action (drain, exclude); ``signals`` and ``requeues`` by
+    result (done, gone, refused; a signal in flight at a crash: unknown);
+    ``retries``: failed steps by reason (unreachable, auth, ..., storage).
+    """
+
+    opened: Counter[str] = field(default_factory=Counter)
+    signals: Counter[str] = field(default_factory=Counter)
+    requeues: Counter[str] = field(default_factory=Counter)
+    retries: Counter[str] = field(default_factory=Counter)
+
+
 _NOTICE_COLS = "key, node, action, reason, domain, noticed_at, deadline, told_at, closed_at, closed"
 _JOB_COLS = "notice, job_id, name, user, signal, signal_started_at, signaled, requeued_at, requeued"
 
@@ -224,6 +240,7 @@ class JobNotices:
         self._wake = asyncio.Event()
         self.loaded = asyncio.Event()
         self.signals_sent = 0  # signals sent by this process (tests, metrics)
+        self.counts = NoticeCounts()
         # Called after a notice opens, changes (a job told or requeued) or closes.
         self.on_change: Callable[[Notice], object] | None = None
 
@@ -244,6 +261,15 @@ class JobNotices:
                 return n
         return None
 
+    @property
+    def scheduler(self) -> str:
+        """The scheduler whose jobs are told (a metric label)."""
+        return self._jobs.name
+
+    def open_count(self) -> int:
+        """Notices whose jobs are still to be told or requeued."""
+        return sum(1 for n in self._notices.values() if n.open)
+
     def all(self) -> list[Notice]:
         """Every notice kept, newest first."""
         return sorted(self._notices.values(), key=lambda n: n.noticed_at, reverse=True)
@@ -257,6 +283,7 @@ class JobNotices:
             for job in n.jobs.values():
                 if job.signal_started_at is not None and not job.signaled:
                     job.signaled = IN_FLIGHT
+                    self.counts.signals["unknown"] += 1
                     log.warning("%s: job %s: %s", n.node, job.job_id, IN_FLIGHT)
         if any(n.open for n in self._notices.values()):
             log.info(
@@ -331,6 +358,7 @@ class JobNotices:
         notice = Notice(d.key, d.node, d.action, d.reason, d.domain.value, now, deadline)
         await self._save(notice, partial(_put_notice, n=notice))
         self._notices[notice.key] = notice
+        self.counts.opened[d.action.value] += 1
         log.info("%s: %s applied; running jobs to checkpoint within %.0fs", d.node, d.action, grace)
 
     async def _advance(self, n: Notice) -> None:
@@ -341,6 +369,7 @@ class JobNotices:
                 await self._requeue(n)
         except (JobControlError, StorageError) as err:
             n.failures += 1
+            self.counts.retries[err.reason if isinstance(err, JobControlError) else "storage"] += 1
             delay = capped_backoff(
                 self.settings.retry_initial_s, self.settings.retry_max_s, n.failures
             )
@@ -389,6 +418,7 @@ class JobNotices:
                     await self._save(n, partial(_put_job, key=n.key, j=note))
                     raise
                 self.signals_sent += outcome is Outcome.DONE
+                self.counts.signals[outcome.value] += 1
                 note.signaled = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
                 await self._save(n, partial(_put_job, key=n.key, j=note))
                 log.info(
@@ -412,6 +442,7 @@ class JobNotices:
                     continue  # left running, logged once
                 n.jobs[job.job_id] = note
                 outcome, said = await self._jobs.requeue(job)
+                self.counts.requeues[outcome.value] += 1
                 note.requeued_at = self._wall()
                 note.requeued = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
                 await self._save(n, partial(_put_job, key=n.key, j=note))
@@ -429,7 +460,7 @@ class JobNotices:
                     log.info("%s: job %s (%s) requeued: %s", n.node, job.job_id, job.user, said)
         if blocked:
             # Open until they go: asked again with backoff, never dropped or forced.
-            raise JobControlError(f"not yet: {'; '.join(blocked)}")
+            raise JobControlError(f"not yet: {'; '.join(blocked)}", reason="blocked")
         await self._close(n, "requeued" if self.settings.requeue else "deadline passed")
 
     async def _withdraw(self, n: Notice) -> None:

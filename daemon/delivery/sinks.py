@@ -9,6 +9,7 @@ from adapters.schedulers.kubernetes import KubeClient, KubeConnection, Kubernete
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
 from adapters.schedulers.webhook import WebhookSink
 from daemon.config.scheduler import (
     KubernetesSchedulerConfig,
@@ -69,14 +70,16 @@ def _kube_connection(cfg: KubernetesSchedulerConfig) -> KubeConnection:
 
 
 def build_job_notices(
-    cfg: SchedulerConfig | None, lead_time_s: float
+    cfg: SchedulerConfig | None, lead_time_s: float, sink: SchedulerSink | None = None
 ) -> tuple[JobControl, NoticeSettings] | None:
     """What tells a node's running jobs of a drain, and how; None where the scheduler has none.
 
     Raises KubeAuthError when the Kubernetes connection cannot be resolved.
+    Slurm with a REST URL: through slurmrestd where it can (>= 23.02, the sink's
+    session and token), the commands otherwise.
     """
     if isinstance(cfg, SlurmSchedulerConfig):
-        jobs: JobControl = SlurmJobs(
+        commands = SlurmJobs(
             squeue=cfg.squeue,
             scancel=cfg.scancel,
             scontrol=cfg.scontrol,
@@ -84,6 +87,9 @@ def build_job_notices(
             slurm_conf=cfg.slurm_conf,
             timeout_s=cfg.timeout_s,
         )
+        jobs: JobControl = commands
+        if cfg.rest_url and isinstance(sink, SlurmSink):
+            jobs = SlurmRestJobs(sink, commands, scope=cfg.notice_scope)
         signal, requeue = cfg.notice_signal, cfg.requeue
     elif isinstance(cfg, KubernetesSchedulerConfig):
         client = KubeClient(_kube_connection(cfg), timeout_s=cfg.timeout_s)

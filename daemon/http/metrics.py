@@ -162,6 +162,57 @@ class _StateCollector(Collector):
             value=v.pending_count(),
         )
         yield from _delivery_families(v)
+        yield from _notice_families(v)
+
+
+# Label values known in advance, exported at 0 so rate() works from the first event.
+_NOTICE_ACTIONS = ("drain", "exclude")
+_JOB_RESULTS = ("done", "gone", "refused")
+
+
+def _notice_families(v: ServiceView) -> Iterator[Metric]:
+    """The job notices: opened, still open, signals and requeues by result, retried steps."""
+    opened = CounterMetricFamily(
+        "rackguard_job_notices",
+        "Job notices opened (a drain or an exclusion applied), by action.",
+        labels=["scheduler", "action"],
+    )
+    pending = GaugeMetricFamily(
+        "rackguard_job_notices_pending",
+        "Job notices still open: running jobs to tell, or to requeue at the deadline.",
+        labels=["scheduler"],
+    )
+    signals = CounterMetricFamily(
+        "rackguard_job_signals",
+        "Signals to running jobs, by result (done; gone: the job had ended; refused; "
+        "unknown: in flight at a crash, not sent again).",
+        labels=["scheduler", "result"],
+    )
+    requeues = CounterMetricFamily(
+        "rackguard_job_requeues",
+        "Requeues of jobs still running at the deadline, by result "
+        "(refused: the job cannot be requeued and is left running).",
+        labels=["scheduler", "result"],
+    )
+    retries = CounterMetricFamily(
+        "rackguard_job_notice_retries",
+        "Notice steps that failed and will be retried, by reason "
+        "(unreachable, auth, refused, not_found, storage).",
+        labels=["scheduler", "reason"],
+    )
+    notices = v.notices
+    if notices is not None:
+        name, counts = notices.scheduler, notices.counts
+        for action in sorted({*_NOTICE_ACTIONS, *counts.opened}):
+            opened.add_metric([name, action], counts.opened[action])
+        pending.add_metric([name], notices.open_count())
+        for result in sorted({*_JOB_RESULTS, *counts.signals}):
+            signals.add_metric([name, result], counts.signals[result])
+        for result in sorted({*_JOB_RESULTS, *counts.requeues}):
+            requeues.add_metric([name, result], counts.requeues[result])
+        for reason, n in sorted(counts.retries.items()):
+            retries.add_metric([name, reason], n)
+    yield from (opened, pending, signals, requeues, retries)
 
 
 def _delivery_families(v: ServiceView) -> Iterator[Metric]:

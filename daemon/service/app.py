@@ -125,7 +125,7 @@ class Daemon:
             rng=self._rng,
         )
         try:
-            notices = build_job_notices(sched, config.policy.lead_time_s)
+            notices = build_job_notices(sched, config.policy.lead_time_s, sink)
         except KubeAuthError as err:
             raise StartupError(f"scheduler: {err}") from err
         self.notices = JobNotices(self.decisions, *notices) if notices else None
@@ -162,6 +162,7 @@ class Daemon:
             events=self.events,
             simulated=nvml is not None or bool(adapters),
             cluster=lambda: self.fleet.status() if self.fleet is not None else None,
+            notices=self.notices,
         )
         self.metrics = Metrics(self.view)
         self.fleet = build_fleet(config, sink, self.engine, self._rng)

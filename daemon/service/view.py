@@ -18,6 +18,7 @@ from policies.model import Reading
 if TYPE_CHECKING:
     from daemon.config import Config
     from daemon.delivery.deliverer import Deliverer
+    from daemon.delivery.notices import JobNotices
     from daemon.delivery.outbox import DecisionStore
     from daemon.delivery.overrides import OverrideStore
     from daemon.service.engine import PolicyEngine
@@ -54,6 +55,7 @@ class ServiceView:
         events: EventHub,
         simulated: bool,
         cluster: Callable[[], dict[str, Any] | None] = lambda: None,
+        notices: JobNotices | None = None,
     ) -> None:
         self._config = config
         self._runners = runners
@@ -67,6 +69,7 @@ class ServiceView:
         # shown in /v1/state and /readyz so nobody mistakes it for a real node.
         self.simulated = simulated
         self._cluster = cluster
+        self.notices = notices  # None where the scheduler has no job notices
 
     @property
     def config(self) -> Config:

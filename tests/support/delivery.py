@@ -1,14 +1,17 @@
-"""A decision store and its deliverer opened together, as the daemon wires them."""
+"""A decision store and its deliverer opened together, as the daemon wires them; job notices."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from adapters.base import SchedulerSink
+from adapters.schedulers.jobs import JobControl
 from daemon.delivery.deliverer import Deliverer
+from daemon.delivery.notices import JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Pending, Record, Status
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 
@@ -63,3 +66,19 @@ class StoreAndDeliverer:
 
     def close(self) -> None:
         self.store.close()
+
+
+@contextlib.asynccontextmanager
+async def notices_on(
+    store: DecisionStore, jobs: JobControl, settings: NoticeSettings
+) -> AsyncIterator[JobNotices]:
+    """Job notices and their store running, the open notices loaded; stopped on exit."""
+    n = JobNotices(store, jobs, settings)
+    tasks = [asyncio.create_task(n.run()), asyncio.create_task(store.run())]
+    try:
+        await n.loaded.wait()
+        yield n
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -22,6 +22,7 @@ class ScriptedJobs:
         self.revisions: list[tuple[str, NoticeTerms | None]] = []
         self.down = False
         self.no_requeue: set[str] = set()
+        self.notify_failures = 0  # the next N signals fail as an unreachable scheduler does
 
     async def running(self, node: str) -> Sequence[RunningJob]:
         if self.down:
@@ -29,6 +30,9 @@ class ScriptedJobs:
         return [RunningJob(j, "train", "alice") for j in self.jobs.get(node, [])]
 
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
+        if self.notify_failures > 0:
+            self.notify_failures -= 1
+            raise JobControlError("slurmctld unreachable")
         self.signals.append(job.job_id)
         return Outcome.DONE, "ok"
 

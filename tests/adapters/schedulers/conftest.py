@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from fakes.slurmrestd import FakeSlurmrestd
 from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
 from tests.support.slurm import NODES, Cluster, free_ports
@@ -82,4 +83,21 @@ def token_file(tmp_path: Path) -> Path:
     """The token the fake Kubernetes API server accepts, in a private file."""
     path = tmp_path / "token"
     write_secret(path, "test-token\n")
+    return path
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlurmrestd]:
+    """The fake slurmrestd (Slurm 24.11's API versions) on loopback."""
+    server = FakeSlurmrestd()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def slurm_token(tmp_path: Path) -> Path:
+    """A JWT file the fake slurmrestd takes (root's)."""
+    path = tmp_path / "jwt"
+    write_secret(path, "token-root\n")
     return path

@@ -32,7 +32,11 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture
 async def sink(clean: Cluster) -> AsyncIterator[SlurmSink]:
     s = SlurmSink(
-        clean.rest_url, token=JwtToken(clean.token_file), slurm_conf=clean.conf, timeout_s=20.0
+        clean.rest_url,
+        token=JwtToken(clean.token_file),
+        slurm_conf=clean.conf,
+        timeout_s=20.0,
+        exclude_state="down",
     )
     yield s
     await s.close()

@@ -7,7 +7,6 @@ import base64
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,23 +47,8 @@ def jwt(exp: float) -> str:
     return f"{part({'alg': 'HS256'})}.{part({'exp': int(exp), 'sun': 'root'})}.sig"
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlurmrestd]:
-    server = FakeSlurmrestd()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "jwt"
-    write_secret(path, "token-root\n")
-    return path
-
-
-async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, token_file: Path) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(token_file))
+async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, slurm_token: Path) -> None:
+    sink = SlurmSink(fake.url, token=JwtToken(slurm_token), exclude_state="down")
     try:
         await sink.deliver(decision("gpu01", Action.DRAIN))
         drained = (await sink.read_state(["gpu01"]))["gpu01"]
@@ -74,7 +58,7 @@ async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, token_file: 
     finally:
         await sink.close()
     assert drained.drained and drained.ours and drained.detail == "IDLE+DRAIN"
-    assert views["gpu02"].down and views["gpu02"].reason == "rackguard[gpu]: rest exclude"
+    assert views["gpu02"].down and views["gpu02"].reason == "rackguard[gpu]: exclude: rest exclude"
     assert not views["gpu01"].held and not views["gpu03"].held
     # The newest version served, and the bulk GET for more than one node.
     assert ("POST", "/slurm/v0.0.42/node/gpu01") in fake.requests
@@ -86,12 +70,12 @@ async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, token_file: 
     ]
 
 
-async def test_a_configured_version_is_used(fake: FakeSlurmrestd, token_file: Path) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(token_file), api_version="v0.0.40")
+async def test_a_configured_version_is_used(fake: FakeSlurmrestd, slurm_token: Path) -> None:
+    sink = SlurmSink(fake.url, token=JwtToken(slurm_token), api_version="v0.0.40")
     try:
         await sink.deliver(decision("gpu01", Action.DRAIN))
         with pytest.raises(DeliveryError, match=r"does not serve v0\.0\.39"):
-            await SlurmSink(fake.url, token=JwtToken(token_file), api_version="v0.0.39").deliver(
+            await SlurmSink(fake.url, token=JwtToken(slurm_token), api_version="v0.0.39").deliver(
                 decision("gpu01", Action.DRAIN)
             )
     finally:
@@ -108,11 +92,11 @@ async def test_a_configured_version_is_used(fake: FakeSlurmrestd, token_file: Pa
     ],
 )
 async def test_slurm_errors_are_clear_and_permanent(
-    fake: FakeSlurmrestd, token_file: Path, node: str, action: Action, admin: bool, error: str
+    fake: FakeSlurmrestd, slurm_token: Path, node: str, action: Action, admin: bool, error: str
 ) -> None:
     if not admin:
         fake.admins = set()
-    sink = SlurmSink(fake.url, token=JwtToken(token_file))
+    sink = SlurmSink(fake.url, token=JwtToken(slurm_token))
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision(node, action))
@@ -123,11 +107,11 @@ async def test_slurm_errors_are_clear_and_permanent(
 
 
 async def test_server_errors_and_refused_connections_are_transient(
-    fake: FakeSlurmrestd, token_file: Path
+    fake: FakeSlurmrestd, slurm_token: Path
 ) -> None:
     fake.fail_next, fake.fail_status = 1, 502
-    sink = SlurmSink(fake.url, token=JwtToken(token_file))
-    dead = SlurmSink("http://127.0.0.1:9", token=JwtToken(token_file), timeout_s=1.0)
+    sink = SlurmSink(fake.url, token=JwtToken(slurm_token))
+    dead = SlurmSink("http://127.0.0.1:9", token=JwtToken(slurm_token), timeout_s=1.0)
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("gpu01", Action.DRAIN))
@@ -141,9 +125,9 @@ async def test_server_errors_and_refused_connections_are_transient(
 
 
 async def test_a_404_without_slurm_error_2018_is_transient_and_redetects_the_version(
-    fake: FakeSlurmrestd, token_file: Path
+    fake: FakeSlurmrestd, slurm_token: Path
 ) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(token_file))
+    sink = SlurmSink(fake.url, token=JwtToken(slurm_token))
     try:
         assert (await sink.read_state(["gpu01"]))["gpu01"].exists
         fake.fail_next, fake.fail_status, fake.fail_body = 1, 404, {"errors": []}
@@ -157,10 +141,10 @@ async def test_a_404_without_slurm_error_2018_is_transient_and_redetects_the_ver
         await sink.close()
 
 
-async def test_rest_writes_on_a_22_05_server_are_refused_clearly(token_file: Path) -> None:
+async def test_rest_writes_on_a_22_05_server_are_refused_clearly(slurm_token: Path) -> None:
     old = FakeSlurmrestd(versions=("v0.0.36", "v0.0.37", "v0.0.38"))
     await old.start()
-    sink = SlurmSink(old.url, token=JwtToken(token_file), write_via="rest")
+    sink = SlurmSink(old.url, token=JwtToken(slurm_token), write_via="rest")
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("gpu01", Action.DRAIN))

@@ -17,7 +17,7 @@ from daemon.cluster.scheduler_view import SchedulerView
 from fakes.kube_api import FakeKubeApi
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
-from policies.safety import reason_domain, reason_is_ours, scheduler_reason
+from policies.safety import reason_domain, reason_excludes, reason_is_ours, scheduler_reason
 
 RACKS = {"gpu01": "a", "gpu02": "a", "gpu03": "b", "gpu04": "b"}
 
@@ -53,6 +53,42 @@ def test_scheduler_reason_tags_the_domain_and_round_trips() -> None:
     assert scheduler_reason(decision("gpu01", Action.RESUME, FaultDomain.GPU)).startswith(
         REASON_PREFIX
     )
+
+
+@pytest.mark.parametrize(
+    ("reason", "excludes"),
+    [
+        ("rackguard[gpu]: exclude: gpu3 at 91 C", True),
+        ("rackguard: exclude: gpu3 at 91 C", True),  # untagged domain, marked action
+        ("rackguard[gpu]: gpu3 hot", False),  # the tags written before the mark
+        ("rackguard: gpu3 hot", False),
+        ("rackguard[bogus]: exclude: x", False),  # not ours
+        ("exclude: maint", False),
+        ("rackguard[gpu]: gpu3 hot, exclude: soon", False),  # only right after the tag
+    ],
+)
+def test_reasons_mark_an_exclusion(reason: str, excludes: bool) -> None:
+    assert reason_excludes(reason) is excludes
+
+
+def test_an_exclusion_is_marked_after_the_tag_and_the_tag_still_parses() -> None:
+    d = decision("gpu01", Action.EXCLUDE, FaultDomain.GPU, "gpu3 at 91 C")
+    reason = scheduler_reason(d)
+    assert reason == "rackguard[gpu]: exclude: gpu3 at 91 C"
+    assert reason_is_ours(reason) and reason_domain(reason) is FaultDomain.GPU
+    assert reason_excludes(reason)
+    untagged = scheduler_reason(decision("gpu01", Action.EXCLUDE, FaultDomain.NONE))
+    assert untagged == "rackguard: exclude: hot" and reason_excludes(untagged)
+    assert not reason_excludes(scheduler_reason(decision("gpu01", Action.DRAIN, FaultDomain.GPU)))
+
+
+def test_a_drain_is_not_satisfied_by_an_exclusions_drain_in_drain_mode() -> None:
+    marked = NodeView("n", drained=True, reason="rackguard[gpu]: exclude: hot")
+    assert not marked.satisfies(Action.DRAIN, exclude_down=False)  # rewritten as a drain
+    assert marked.satisfies(Action.EXCLUDE, exclude_down=False)
+    plain = NodeView("n", drained=True, reason="rackguard[gpu]: hot")
+    assert plain.satisfies(Action.DRAIN, exclude_down=False)
+    assert plain.satisfies(Action.EXCLUDE, exclude_down=False)  # an older release's exclusion
 
 
 @pytest.fixture
@@ -154,3 +190,24 @@ def test_scontrol_lines_give_rack_feature_and_reason_time() -> None:
     assert listed.rack == "a" and listed.view.reason == "rackguard[node]: hot"
     assert listed.reason_at is not None and listed.reason_at > 1.7e9
     assert slurm_time({"set": False, "number": 5}) is None and slurm_time(1700000000) == 1.7e9
+
+
+async def test_exclusions_carried_out_as_drains_are_seen_as_exclusions_and_critical_trips(
+    slurm: tuple[FakeSlurmrestd, SlurmSink],
+) -> None:
+    fake, sink = slurm  # exclude_state = "drain", the default
+    view = SchedulerView(sink, interval_s=10.0, horizon_s=600.0)
+    await view.read_once()
+    fake.admin_drain("gpu04", "rackguard[gpu]: hot")  # an older release's drain: a drain
+    await sink.deliver(decision("gpu01", Action.EXCLUDE, FaultDomain.GPU, "gpu3 at 91 C"))
+    await sink.deliver(decision("gpu02", Action.DRAIN, FaultDomain.GPU, "gpu1 heating"))
+    await view.read_once()
+    assert fake.nodes["gpu01"].base == "IDLE" and fake.nodes["gpu01"].flags == ["DRAIN"]
+    v = view.view(time.monotonic())
+    assert v is not None
+    assert {n: o.action for n, o in v.out.items()} == {
+        "gpu01": Action.EXCLUDE,
+        "gpu02": Action.DRAIN,
+        "gpu04": Action.DRAIN,
+    }
+    assert {t.node: t.critical for t in v.trips} == {"gpu01": True, "gpu02": False, "gpu04": False}

@@ -9,9 +9,7 @@ flight — neither of which a real slurmctld can be made to time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,26 +17,10 @@ import pytest
 from daemon.delivery.notices import IN_FLIGHT, JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
 from policies.model import Action
-from tests.support.delivery import decision
+from tests.support.delivery import decision, notices_on
 from tests.support.faulty_disk import FlakyDisk
 from tests.support.scripted_jobs import ScriptedJobs
 from tests.support.wait import wait_until
-
-
-@contextlib.asynccontextmanager
-async def notices_on(
-    store: DecisionStore, jobs: ScriptedJobs, settings: NoticeSettings
-) -> AsyncIterator[JobNotices]:
-    n = JobNotices(store, jobs, settings)
-    tasks = [asyncio.create_task(n.run()), asyncio.create_task(store.run())]
-    try:
-        await n.loaded.wait()
-        yield n
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
 
 FAST = NoticeSettings(
     checkpoint_grace_s=0.3, critical_grace_s=0.1, retry_initial_s=0.02, retry_max_s=0.05
@@ -222,4 +204,20 @@ async def test_a_disk_stalled_at_start_delays_the_notices_and_never_ends_the_tas
         disk.stall.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        store.close()
+
+
+async def test_a_signal_the_scheduler_could_not_take_is_sent_on_the_retry(tmp_path: Path) -> None:
+    store = DecisionStore(tmp_path / "o.db")
+    jobs = ScriptedJobs({"gpu01": ["11", "12"]})
+    jobs.notify_failures = 2  # the first job's signal fails twice, then goes through
+    try:
+        async with notices_on(store, jobs, NoticeSettings(checkpoint_grace_s=3600.0)) as n:
+            n.settled(decision("gpu01", Action.DRAIN), Status.CONFIRMED, "read back")
+            await wait_until(lambda: (c := n.current("gpu01")) is not None and c.told_at)
+            notice = n.current("gpu01")
+        assert jobs.signals == ["11", "12"]  # none forgotten, none twice
+        assert notice is not None and [j.signaled for j in notice.jobs.values()] == ["done"] * 2
+        assert n.counts.retries == {"unreachable": 2}
+    finally:
         store.close()

@@ -41,7 +41,7 @@ def token_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def sink(fake: FakeSlurmrestd, token_file: Path) -> AsyncIterator[SlurmSink]:
-    s = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=2.0)
+    s = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=2.0, exclude_state="down")
     yield s
     await s.close()
 
@@ -331,7 +331,7 @@ async def test_ten_minute_outage_queues_survives_restart_coalesces_and_delivers_
             await fake.start()
 
     def open_outbox() -> tuple[Outbox, SlurmSink]:
-        sink = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=1.0)
+        sink = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=1.0, exclude_state="down")
         box = Outbox(
             db, sink, retry_initial_s=1.0, retry_max_s=60.0, rng=random.Random(6), sleep=clock.sleep
         )
