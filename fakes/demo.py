@@ -30,7 +30,7 @@ from daemon.service.app import Daemon
 from fakes.cdu_server import FakeCduServer
 from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler, Received
-from fakes.sim import RackSnapshot, ScenarioError, SimulatedRack, load_scenario
+from fakes.sim import RackSnapshot, Scenario, ScenarioError, SimulatedRack, load_scenario
 from fakes.snmp_agent import SimulatedPdu
 from policies.model import Condition
 
@@ -337,7 +337,7 @@ def fmt_t(t: float) -> str:
 
 
 async def run_scenario(
-    scenario: str,
+    scenario: str | Scenario,
     *,
     speed: float | None = None,
     seed: int | None = None,
@@ -345,7 +345,7 @@ async def run_scenario(
     out: TextIO | None = None,
     on_tick: Callable[[SimulatedRack], None] | None = None,
 ) -> DemoResult:
-    """Play one scenario to its end against real daemons; returns what happened."""
+    """Play one scenario (a shipped name, a file, or a loaded one) to its end; what happened."""
     out = out or sys.stdout
     rack = SimulatedRack(scenario, seed=seed)
     sc = rack.scenario

@@ -9,6 +9,15 @@ rank-based bounds at the policy's confidence (the order statistics of a
 binomial sign test), so one odd bucket cannot move it. An idle GPU's resistance
 projects what a job landing on it would meet: ``T_ref + R * P_limit``.
 
+Out of steady state the heat balance is ``T - T_ref = R * (P - C * dT/dt)``: a
+GPU cooling at its present power reads *above* its steady temperature, so its
+ratio is an upper bound on ``R`` now (loose by ``R * C * |dT/dt|``: degrees at a
+rate the readings resolve). Such a bound caps every kept sample (:meth:`cap`):
+after a repair (a cold plate reseated, a pump restored) the samples of the old
+plate are contradicted by what the GPU shows at once, and the estimate follows
+the GPU down as it settles instead of waiting for new steady buckets to outvote
+the old ones.
+
 Pure: samples in, numbers out.
 """
 
@@ -41,7 +50,7 @@ class ResistanceEstimator:
         self._bucket: int | None = None
         self._sum: list[float] = [0.0, 0.0]  # sum of ratios, count (every sample steady)
         self.samples: deque[float] = deque(maxlen=keep)
-        self._taken = 0  # samples appended so far: a version number for the cached estimate
+        self._taken = 0  # samples appended or capped so far: the cached estimate's version
         self._estimate: tuple[int, int, Resistance | None] | None = None
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
@@ -57,6 +66,14 @@ class ResistanceEstimator:
             return
         self._sum[0] += delta_t / power
         self._sum[1] += 1.0
+
+    def cap(self, bound: float) -> None:
+        """The resistance is at most ``bound`` now: samples above it are of another plate."""
+        if math.isfinite(bound) and any(x > bound for x in self.samples):
+            capped = [min(x, bound) for x in self.samples]
+            self.samples.clear()
+            self.samples.extend(capped)
+            self._taken += 1  # the samples changed: the cached estimate is stale
 
     def _close(self) -> None:
         total, n = self._sum

@@ -437,7 +437,7 @@ class Policy:
         for (_, sup), v in zip(supplies, supply_v, strict=True):
             if v is None:
                 continue
-            level, lowest = sup.held_level(), sup.window_min()
+            level, lowest = sup.held_level(), sup.window_low()
             if level is not None and lowest is not None and level - lowest >= s.supply_rise_c:
                 risen = True
                 words.append(f"supply {level:.1f}C, +{level - lowest:.1f}C in the window")

@@ -14,8 +14,9 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import combinations, islice
+from itertools import combinations, islice, pairwise, takewhile
 from operator import itemgetter
+from statistics import median
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
@@ -96,6 +97,16 @@ def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
         return None
     mid = len(slopes) // 2
     return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+
+
+def _resolved(
+    newer: list[_Sample], older: list[_Sample], rates: tuple[float, float]
+) -> tuple[float, float]:
+    """``rates``, or (0, 0) when the windows' levels differ by no more than one reading step."""
+    moved = abs(median(v for _, v in newer) - median(v for _, v in older))
+    values = sorted({v for _, v in newer} | {v for _, v in older})
+    step = min((hi - lo for lo, hi in pairwise(values)), default=0.0)
+    return (0.0, 0.0) if moved <= step else rates
 
 
 class LossRun:
@@ -243,11 +254,14 @@ class GpuTracker:
             return
         # Not steady while power moves, or while heating faster than a load step would
         # (only the newer window counts here; the rate needs both to be defined).
-        steady = self.power_steady()
-        if steady:
-            rates = self.heating_rate(r.mono)
-            fastest = self._settings.max_gpu_rate_c_per_min / 60.0
-            steady = rates is None or abs(rates[0]) <= fastest
+        newer, older = self._windows(r.mono)
+        if self._cooling_at_flat_power(newer, older, r.mono) and p.value > 0.0:
+            # Cooling at this power, the GPU reads above its steady temperature: the
+            # newer window's highest reading bounds the resistance from above.
+            self.resistance.cap((max(v for _, v in newer) - reference) / p.value)
+        rates = self.heating_rate(r.mono)
+        fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+        steady = self.power_steady() and (rates is None or abs(rates[0]) <= fastest)
         self.resistance.add(r.mono, r.value - reference, p.value, steady)
 
     def heating_rate(self, now: float) -> tuple[float, float] | None:
@@ -255,6 +269,9 @@ class GpuTracker:
 
         None until both windows hold enough samples: one sample cannot make a rate,
         and a rise must last two windows to count (a blip that recovers does not).
+        (0.0, 0.0) when the windows' levels differ by no more than one reading step:
+        NVML reports whole degrees, and over a few seconds a steady temperature reads
+        as one step up or down, whose pairwise slope looks like fast heating.
         """
         # Asked at each temperature sample and again at each evaluation, over windows
         # that slide by a sample: both answers are cached, the value is the fresh one.
@@ -264,7 +281,10 @@ class GpuTracker:
             return last[2]
         w = self._settings.flow_loss_confirm_s
         a, b = self._window_slope(now - w, now), self._window_slope(now - 2 * w, now - w)
-        rate = None if a is None or b is None else (a, b)
+        if a is None or b is None:
+            rate = None
+        else:
+            rate = _resolved(self._window(now - w, now), self._window(now - 2 * w, now - w), (a, b))
         self._rate = (now, added, rate)
         return rate
 
@@ -291,13 +311,47 @@ class GpuTracker:
         cache[key] = slope
         return slope
 
+    def _window(self, lo: float, hi: float) -> list[_Sample]:
+        """The temperature samples with ``lo <= t <= hi``."""
+        recent = self.recent_temp
+        samples = recent.samples
+        if not (recent.ordered and math.isfinite(lo) and math.isfinite(hi)):
+            return [p for p in samples if lo <= p[0] <= hi]
+        start = bisect_left(samples, lo, key=_time)
+        return list(islice(samples, start, bisect_right(samples, hi, key=_time)))
+
+    def _windows(self, now: float) -> tuple[list[_Sample], list[_Sample]]:
+        """The temperature samples of the newer and the older confirm window."""
+        w = self._settings.flow_loss_confirm_s
+        return self._window(now - w, now), self._window(now - 2 * w, now - w)
+
+    def _cooling_at_flat_power(
+        self, newer: list[_Sample], older: list[_Sample], now: float
+    ) -> bool:
+        """The newer window's median under the older's, power flat over both.
+
+        Medians of three or more readings, so one glitch cannot make a GPU look
+        cooling; power flat over the windows, because a GPU whose load just rose
+        still cools for a moment below its new steady temperature.
+        """
+        if len(newer) < 3 or len(older) < 3:
+            return False
+        if median(v for _, v in newer) >= median(v for _, v in older):
+            return False
+        since = now - 2 * self._settings.flow_loss_confirm_s
+        recent = takewhile(lambda x: x[0] >= since, reversed(self.recent_power.samples))
+        watts = [v for _, v in recent]
+        return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
+
+    def _load_step_w(self) -> float:
+        limit = self.limit.value if self.limit is not None and self.limit.usable else None
+        return self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
+
     def power_steady(self) -> bool:
         """No power change of a load step over the settle time (and none detected)."""
         if len(self.recent_power.samples) < 2:
             return False
-        limit = self.limit.value if self.limit is not None and self.limit.usable else None
-        step = self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
-        return self.recent_power.spread() <= step
+        return self.recent_power.spread() <= self._load_step_w()
 
     def observe(self, r: Reading) -> None:
         """Take one reading of this GPU."""
@@ -338,9 +392,7 @@ class GpuTracker:
         self._power_ref = bucket.value
         if ref is None:
             return
-        limit = self.limit.value if self.limit is not None and self.limit.usable else None
-        step = self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
-        if abs(bucket.value - ref) > step:
+        if abs(bucket.value - ref) > self._load_step_w():
             # A job started, stopped or was capped: the temperature follows the load
             # for a while. That is load, not a thermal trend: fit afresh once it settles.
             self.load_steps += 1
@@ -426,10 +478,17 @@ class SlowSeries:
         """The highest level held over two successive buckets in the reference window."""
         return self._peaks[0][1] if self._peaks else None
 
-    def window_min(self) -> float | None:
-        """The lowest bucket mean in the window."""
+    def window_low(self) -> float | None:
+        """The lowest level held over two successive buckets in the window.
+
+        One low sample cannot set it: a CDU polled every 15 s puts one sample in
+        each bucket, and over a window of twenty such samples the noise alone
+        spans about supply_rise_c from the lowest to the newest.
+        """
         buckets = self.raw.buckets()
-        return min(b.value for b in buckets) if buckets else None
+        if len(buckets) < 2:
+            return buckets[0].value if buckets else None
+        return min(max(a.value, b.value) for a, b in pairwise(buckets))
 
     def held_level(self) -> float | None:
         """The current level, robust to one noisy sample.

@@ -511,3 +511,24 @@ def test_a_per_rack_inlet_limit_overrides_the_default() -> None:
     a3 = replace(S, racks={"r1": RackLimits(inlet_limit_c=40.0)})
     assert Sim().run(30, {"n1": COOL, "n2": COOL}, {"inlet": 35.0}) != []  # A1: past 32 C
     assert Sim(a3).run(30, {"n1": COOL, "n2": COOL}, {"inlet": 35.0}) == []
+
+
+def test_one_low_supply_sample_does_not_set_the_window_low() -> None:
+    # A CDU polled every 15 s puts one sample in each 10 s bucket: a noise dip is not
+    # the level the supply rose from.
+    series = SlowSeries(S, S.max_air_rate_c_per_min)
+    for k in range(20):
+        value = 29.0 if k == 7 else 30.0
+        series.observe(
+            Reading(
+                "cdu",
+                "supply",
+                SensorKind.COOLANT_SUPPLY_TEMPERATURE,
+                value,
+                "celsius",
+                Quality.GOOD,
+                k * 15.0,
+                k * 15.0,
+            )
+        )
+    assert series.window_low() == pytest.approx(30.0)
