@@ -1,0 +1,306 @@
+"""Every API body, byte for byte as clients have always received it.
+
+The bodies are recorded in ``api_bodies.json`` (``RACKGUARD_RECORD_BODIES=1``
+rewrites it): a change of a field's name, type, order, null or omission fails
+here. Each body is also checked against the served OpenAPI document. The view
+is a fixed, hand-made one, so the bodies are the same on every run; only the
+clock-derived ``as_of`` and ages are blanked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType, SimpleNamespace
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from daemon.delivery.notices import JobNote, Notice
+from daemon.delivery.outbox import MEMORY, DecisionStore, Pending
+from daemon.delivery.overrides import OverrideRequest, OverrideStore
+from daemon.http.api import ApiContext, make_app
+from daemon.http.decision_log import LogQuery, page
+from daemon.http.events import EventHub
+from daemon.service.view import SourceStatus
+from policies.codec import to_data
+from policies.model import (
+    Action,
+    Assessment,
+    Condition,
+    Decision,
+    FaultDomain,
+    Quality,
+    Reading,
+    SensorKind,
+)
+from policies.safety import Pin
+from tests.support.openapi import check
+
+RECORDED = Path(__file__).with_name("api_bodies.json")
+TOKEN = "pin-token"
+WALL = 1_790_000_000.25
+
+GPU_A = Assessment(
+    "gpu0", FaultDomain.GPU, Condition.WARNING, 3.0, 80.5, "celsius", 87.0, 2.5, 156.0, "rising"
+)
+GPU_B = Assessment("gpu1", FaultDomain.GPU, Condition.OK, 3.0, 55.0, "celsius")
+NODE_A = Assessment("node", FaultDomain.NODE, Condition.WARNING, 3.0, 80.5, "celsius", 87.0)
+RACK_A = Assessment("r7", FaultDomain.RACK, Condition.OK, 3.0, 9.5, "kilowatt", 30.0, -0.1)
+DRAIN = Decision(
+    "gpu-node-01", Action.DRAIN, "rackguard: gpu0 hot", FaultDomain.GPU, 4.0, "rg-k1", (GPU_A,),
+    dry_run=True,
+)  # fmt: skip
+RESUME = Decision("gpu-node-01", Action.RESUME, "rackguard: cool", FaultDomain.GPU, 9.0, "rg-k2")
+
+
+@dataclass
+class Outcome:
+    node: Assessment
+    gpus: list[Assessment]
+    rack: Assessment | None = None
+    note: str = ""
+
+
+class FixedView:
+    """The part of ServiceView the handlers read, holding fixed data (a real store underneath)."""
+
+    def __init__(self, store: DecisionStore, overrides: OverrideStore) -> None:
+        self._store = store
+        self._overrides = overrides
+        self.events = EventHub()
+        self.simulated = False
+        self.generation = 0
+        self.outcome: Outcome | None = None
+        self.refusal = ""
+        self.problems: list[str] = []
+        self.cluster: dict[str, Any] | None = None
+        self.pending_items: list[Pending] = []
+        self.series: list[Reading] = []
+        self.source_list: list[SourceStatus] = []
+        self.config = SimpleNamespace(
+            node=SimpleNamespace(name="gpu-node-01", rack="r7"),
+            policy=SimpleNamespace(stale_after_s=30.0, rack_stale_after_s=60.0),
+        )
+
+    def sources(self) -> list[SourceStatus]:
+        return self.source_list
+
+    def readings(self) -> list[Reading]:
+        return self.series
+
+    def pending(self) -> list[Pending]:
+        return self.pending_items
+
+    def readiness(self) -> Any:
+        # As ServiceView.readiness builds it (its own logic is tested with the daemon).
+        sources = {s.name: s.reported for s in self.source_list}
+        body: dict[str, Any] = {
+            "ready": all(sources.values()) and not self.problems,
+            "sources": sources,
+            "outbox": {"writable": True, "error": ""},
+            "problems": self.problems,
+            "simulated": self.simulated,
+        }
+        if self.cluster is not None:
+            body["cluster"] = self.cluster
+        return body
+
+    async def decision_page(self, query: LogQuery) -> Any:
+        return await self._store.query(lambda db: page(db, query))
+
+    def overrides(self) -> Any:
+        return self._overrides.current()
+
+
+class FixedNotices:
+    def __init__(self, notices: list[Notice]) -> None:
+        self.notices = notices
+
+    def current(self, node: str) -> Notice | None:
+        return next((n for n in self.notices if n.node == node and n.open), None)
+
+    def all(self) -> list[Notice]:
+        return self.notices
+
+
+@pytest.fixture
+def store() -> Iterator[DecisionStore]:
+    s = DecisionStore(MEMORY, wall=lambda: WALL)
+    yield s
+    s.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+_CLOCKED = (
+    (re.compile(rb'"as_of":[-0-9.e+]+'), b'"as_of":0'),
+    (re.compile(rb'"age_s":[-0-9.e+]+'), b'"age_s":0'),
+    (re.compile(rb"stale: \d+s old"), b"stale: Ns old"),
+)
+
+
+def _blank_clock(body: bytes) -> bytes:
+    for pattern, fixed in _CLOCKED:
+        body = pattern.sub(fixed, body)
+    return body
+
+
+def _notice(key: str, *, closed: bool) -> Notice:
+    n = Notice(key, "gpu-node-01", Action.DRAIN, "rackguard: gpu0 hot", "gpu", WALL, WALL + 540)
+    n.jobs["11"] = JobNote("11", "train", "alice", "USR1", WALL + 1, "done")
+    n.jobs["12"] = JobNote("12")
+    if closed:
+        n.told_at, n.closed_at, n.closed = WALL + 1, WALL + 541, "requeued"
+        n.jobs["11"].requeued_at, n.jobs["11"].requeued = WALL + 541, "done"
+    return n
+
+
+async def _record_all(store: DecisionStore) -> dict[str, str]:
+    """Every endpoint's body over a few views, by a name saying what it shows."""
+    overrides = OverrideStore(store, wall=lambda: WALL, mono=lambda: 5.0)
+    view = FixedView(store, overrides)
+
+    async def apply(req: OverrideRequest) -> Any:
+        return await overrides.apply(req)
+
+    ctx = ApiContext(
+        view=view,  # type: ignore[arg-type]
+        metrics=SimpleNamespace(render=lambda: b""),  # type: ignore[arg-type]
+        apply_override=apply,
+        token=TOKEN.encode(),
+        reads_need_token=False,
+        max_event_streams=4,
+        notices=lambda: ("gpu-node-01", notices),
+    )
+    notices: FixedNotices | None = None
+    bodies: dict[str, str] = {}
+    async with serving(make_app(ctx)) as base, aiohttp.ClientSession() as http:
+
+        async def take(name: str, schema: str, path: str, status: int = 200, **kw: Any) -> None:
+            method = http.post if "json" in kw else http.get
+            async with method(base + path, **kw) as resp:
+                assert resp.status == status, (name, await resp.text())
+                raw = await resp.read()
+            check(schema, orjson.loads(raw))
+            bodies[name] = _blank_clock(raw).decode()
+
+        await take("healthz", "Health", "/healthz")
+        # Nothing known yet: no sources, no outcome, nothing pending.
+        await take("readyz.empty", "Ready", "/readyz")
+        await take("state.empty", "State", "/v1/state")
+        await take("assessments.empty", "Assessments", "/v1/assessments")
+        await take("outbox.empty", "Outbox", "/v1/outbox")
+        await take("overrides.empty", "Overrides", "/v1/overrides")
+        await take("decisions.empty", "DecisionLog", "/v1/decisions")
+        await take("node_notice.none", "NodeNotice", "/v1/node/notice")
+        await take("notices.none", "Notices", "/v1/notices")
+
+        mono = time.monotonic()
+        view.source_list = [
+            SourceStatus("gpus", "up", "", 12, 0, 0, True),
+            SourceStatus("pdu", "down", "timeout after 2 s", 9, 4, 1, False),
+        ]
+        view.series = [
+            Reading("gpus", "gpu0.temperature", SensorKind.GPU_TEMPERATURE, 80.5, "celsius",
+                    Quality.GOOD, mono - 0.5, WALL, labels=MappingProxyType({"uuid": "GPU-1"})),
+            Reading("gpus", "gpu1.power", SensorKind.GPU_POWER, None, "watt", Quality.BAD,
+                    mono - 0.5, WALL, reason="NVML_ERROR_UNKNOWN", device_ts=WALL - 1),
+            Reading("pdu", "outlet3.power", SensorKind.POWER, 1250.0, "watt",
+                    Quality.GOOD, mono - 600.0, WALL, server_ts=WALL - 2),
+        ]  # fmt: skip
+        view.generation = 1
+        view.outcome = Outcome(NODE_A, [GPU_A, GPU_B], RACK_A, "rack power from 1 of 2 PDUs")
+        view.problems = ["scheduler refuses: HTTP 401"]
+        view.refusal = "HTTP 401 unauthorized"
+        view.cluster = {
+            "mode": "etcd",
+            "degraded": True,
+            "scheduler_view": {"healthy": False, "nodes": None},
+            "etcd": {"up": False, "failures": 3, "error": "connection refused"},
+        }
+        view.pending_items = [
+            Pending(DRAIN, 2, "HTTP 503", 7, WALL - 10, "policy", True),
+            Pending(RESUME, 0, "", 8, WALL - 5, "reconcile", False),
+        ]
+        await take("readyz.not_ready", "Ready", "/readyz", status=503)
+        view.problems, view.source_list[1] = [], SourceStatus("pdu", "up", "", 9, 4, 1, True)
+        view.cluster = {"mode": "scheduler", "degraded": False,
+                        "scheduler_view": {"healthy": True, "nodes": 64}}  # fmt: skip
+        await take("readyz.ready", "Ready", "/readyz")
+        view.source_list[1] = SourceStatus("pdu", "down", "timeout after 2 s", 9, 4, 1, True)
+        await take("state.full", "State", "/v1/state")
+        await take("assessments.full", "Assessments", "/v1/assessments")
+        view.outcome = Outcome(NODE_A, [GPU_A], None)
+        await take("assessments.no_rack", "Assessments", "/v1/assessments")
+        await take("outbox.full", "Outbox", "/v1/outbox")
+
+        def add_decisions(db: Any) -> None:
+            for seq, d, status, done in (
+                (1, DRAIN, "confirmed", WALL - 3),
+                (2, RESUME, "pending", None),
+            ):
+                db.execute(
+                    "INSERT INTO decisions (seq, key, base_key, node, action, body, origin, "
+                    "status, attempts, last_error, outcome, queued_at, done_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (seq, d.key, d.key, d.node, d.action.value, orjson.dumps(to_data(d)),
+                     "policy", status, 1, "", "read back" if done else "", WALL - 20 + seq, done),
+                )  # fmt: skip
+
+        await store.write(add_decisions)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        pin = {"action": "pin", "node": "n9", "pin": "excluded", "reason": "fans", "actor": "bob"}
+        await take("post_overrides.pin", "OverrideResult", "/v1/overrides", json=pin, headers=auth)
+        pause = {"action": "pause_predictive", "reason": "maintenance"}
+        await take("post_overrides.pause", "OverrideResult", "/v1/overrides", json=pause,
+                   headers=auth)  # fmt: skip
+        await take("overrides.full", "Overrides", "/v1/overrides")
+        await take("decisions.full", "DecisionLog", "/v1/decisions")
+        await take("decisions.page", "DecisionLog", "/v1/decisions?limit=2")
+        await take("decisions.bad", "Error", "/v1/decisions?limit=0", status=400)
+        bad = {"action": "pin", "node": "n9", "reason": "x", "pin": "sideways"}
+        await take("post_overrides.bad", "Error", "/v1/overrides", status=400, json=bad,
+                   headers=auth)  # fmt: skip
+        await take("post_overrides.unauthorized", "Error", "/v1/overrides", status=401, json=bad)
+        await take("not_found", "Error", "/v1/nothing", status=404)
+        huge = {**pin, "reason": "x" * 20_000}
+        await take("post_overrides.too_large", "Error", "/v1/overrides", status=413, json=huge,
+                   headers=auth)  # fmt: skip
+        async with http.post(base + "/v1/overrides", data=b"{}", headers=auth) as resp:
+            assert resp.status == 415
+            bodies["post_overrides.not_json"] = (await resp.read()).decode()
+
+        notices = FixedNotices([_notice("rg-k1", closed=False), _notice("rg-k0", closed=True)])
+        await take("node_notice.open", "NodeNotice", "/v1/node/notice")
+        await take("notices.two", "Notices", "/v1/notices")
+    assert overrides.pins == {"n9": (Pin.EXCLUDED, "fans")}
+    return bodies
+
+
+async def test_every_body_is_byte_for_byte_as_recorded(store: DecisionStore) -> None:
+    bodies = await _record_all(store)
+    if os.environ.get("RACKGUARD_RECORD_BODIES"):
+        RECORDED.write_bytes(orjson.dumps(bodies, option=orjson.OPT_INDENT_2) + b"\n")
+    recorded = orjson.loads(RECORDED.read_bytes())
+    assert bodies.keys() == recorded.keys()
+    for name, body in bodies.items():
+        assert body == recorded[name], f"{name} changed"
