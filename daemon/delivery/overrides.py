@@ -9,6 +9,7 @@ the operator is told, rather than a pin silently lost at the next restart.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable
@@ -17,8 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 import orjson
+from msgspec import UNSET, UnsetType
 
 from daemon.delivery.outbox import DecisionStore
+from policies.codec import to_data
 from policies.safety import Overrides, Pin
 
 ACTIONS = ("pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm")
@@ -76,6 +79,25 @@ class OverrideRequest:
         return cls(action, node, pin, fields["reason"], fields["actor"] or "operator")
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One override as applied and audited: the API's answer and the ``override`` event."""
+
+    id: int | None  # the audit row's
+    at: float  # wall clock
+    action: str
+    node: str
+    reason: str
+    actor: str
+    pin: Pin | UnsetType = UNSET  # a pin's
+
+    def record(self) -> dict[str, Any]:
+        """The audit row's body (the decision log's ``override``): the entry less id and at."""
+        data: dict[str, Any] = to_data(self)
+        del data["id"], data["at"]
+        return data
+
+
 class OverrideStore:
     """The current overrides, persisted, with an audit trail."""
 
@@ -99,15 +121,13 @@ class OverrideStore:
             elif key == "paused":
                 self.paused = (bool(data["paused"]), data["reason"])
 
-    async def apply(self, req: OverrideRequest) -> dict[str, Any]:
+    async def apply(self, req: OverrideRequest) -> AuditEntry:
         """Apply one request, persist it and audit it; returns the audit entry.
 
         Raises StorageError (nothing applied) when the disk refuses the write.
         """
-        at = self._wall()
-        body = {"action": req.action, "node": req.node, "reason": req.reason, "actor": req.actor}
-        if req.pin is not None:
-            body["pin"] = req.pin.value
+        pin = UNSET if req.pin is None else req.pin
+        entry = AuditEntry(None, self._wall(), req.action, req.node, req.reason, req.actor, pin)
         pins = dict(self.pins)
         paused = self.paused
         if req.action == "pin" and req.pin is not None:
@@ -126,7 +146,14 @@ class OverrideStore:
                 self._put(db, "paused", {"paused": paused[0], "reason": req.reason})
             cur = db.execute(
                 "INSERT INTO audit (at, actor, action, node, reason, body) VALUES (?,?,?,?,?,?)",
-                (at, req.actor, req.action, req.node, req.reason, orjson.dumps(body)),
+                (
+                    entry.at,
+                    req.actor,
+                    req.action,
+                    req.node,
+                    req.reason,
+                    orjson.dumps(entry.record()),
+                ),
             )
             return cur.lastrowid
 
@@ -135,7 +162,7 @@ class OverrideStore:
         self.pins, self.paused = pins, paused
         if req.action == "reset_storm":
             self._storm_reset_at = self._mono()
-        return {"id": ident, "at": at, **body}
+        return dataclasses.replace(entry, id=ident)
 
     @staticmethod
     def _put(db: sqlite3.Connection, key: str, value: dict[str, Any]) -> None:
@@ -152,14 +179,3 @@ class OverrideStore:
             predictive_paused=self.paused[0],
             storm_reset_at=self._storm_reset_at,
         )
-
-    def current(self) -> dict[str, Any]:
-        """The current overrides for the API."""
-        return {
-            "pins": [
-                {"node": node, "pin": pin.value, "reason": reason}
-                for node, (pin, reason) in sorted(self.pins.items())
-            ],
-            "predictive_paused": self.paused[0],
-            "paused_reason": self.paused[1],
-        }

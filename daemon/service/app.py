@@ -32,10 +32,11 @@ from daemon.config.sources import SourceTiming
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices
 from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
-from daemon.delivery.overrides import OverrideRequest, OverrideStore
+from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_job_notices, build_sink
 from daemon.http.api import ApiContext, make_app
+from daemon.http.bodies import to_wire
 from daemon.http.events import EventHub
 from daemon.http.metrics import Metrics
 from daemon.replay.recorder import TraceRecorder
@@ -239,7 +240,7 @@ class Daemon:
             },
         )
 
-    async def apply_override(self, req: OverrideRequest) -> dict[str, Any]:
+    async def apply_override(self, req: OverrideRequest) -> AuditEntry:
         """Apply an operator override (validated by the API), audit it and tell the policy."""
         entry = await self.overrides.apply(req)
         self.engine.overrides = self.overrides.to_policy()
@@ -252,7 +253,7 @@ class Daemon:
             f" {req.node} {req.pin.value if req.pin else ''}".rstrip() if req.node else "",
             req.reason,
         )
-        self.events.publish("override", entry)
+        self.events.publish("override", to_wire(entry))
         return entry
 
     def stop(self) -> None:

@@ -28,9 +28,10 @@ from daemon.delivery.notices import JobNote, Notice
 from daemon.delivery.outbox import MEMORY, DecisionStore, Pending
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.http.api import ApiContext, make_app
+from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
-from daemon.service.view import SourceStatus
+from daemon.service.view import ServiceView, SourceStatus
 from policies.codec import to_data
 from policies.model import (
     Action,
@@ -81,8 +82,9 @@ class FixedView:
         self.generation = 0
         self.outcome: Outcome | None = None
         self.refusal = ""
-        self.problems: list[str] = []
-        self.cluster: dict[str, Any] | None = None
+        self.problem_list: list[str] = []
+        self.storage_error = ""
+        self.cluster: ClusterStatus | None = None
         self.pending_items: list[Pending] = []
         self.series: list[Reading] = []
         self.source_list: list[SourceStatus] = []
@@ -101,24 +103,19 @@ class FixedView:
         return self.pending_items
 
     def readiness(self) -> Any:
-        # As ServiceView.readiness builds it (its own logic is tested with the daemon).
-        sources = {s.name: s.reported for s in self.source_list}
-        body: dict[str, Any] = {
-            "ready": all(sources.values()) and not self.problems,
-            "sources": sources,
-            "outbox": {"writable": True, "error": ""},
-            "problems": self.problems,
-            "simulated": self.simulated,
-        }
-        if self.cluster is not None:
-            body["cluster"] = self.cluster
-        return body
+        return ServiceView.readiness(self)  # type: ignore[arg-type]
+
+    def problems(self) -> list[str]:
+        return self.problem_list
+
+    def _cluster(self) -> ClusterStatus | None:
+        return self.cluster
 
     async def decision_page(self, query: LogQuery) -> Any:
         return await self._store.query(lambda db: page(db, query))
 
     def overrides(self) -> Any:
-        return self._overrides.current()
+        return ServiceView.overrides(self)  # type: ignore[arg-type]
 
 
 class FixedNotices:
@@ -229,22 +226,21 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         ]  # fmt: skip
         view.generation = 1
         view.outcome = Outcome(NODE_A, [GPU_A, GPU_B], RACK_A, "rack power from 1 of 2 PDUs")
-        view.problems = ["scheduler refuses: HTTP 401"]
+        view.problem_list = ["scheduler refuses: HTTP 401"]
         view.refusal = "HTTP 401 unauthorized"
-        view.cluster = {
-            "mode": "etcd",
-            "degraded": True,
-            "scheduler_view": {"healthy": False, "nodes": None},
-            "etcd": {"up": False, "failures": 3, "error": "connection refused"},
-        }
+        view.cluster = ClusterStatus(
+            "etcd",
+            True,
+            SchedulerViewStatus(False, None),
+            EtcdStatus(False, 3, "connection refused"),
+        )
         view.pending_items = [
             Pending(DRAIN, 2, "HTTP 503", 7, WALL - 10, "policy", True),
             Pending(RESUME, 0, "", 8, WALL - 5, "reconcile", False),
         ]
         await take("readyz.not_ready", "Ready", "/readyz", status=503)
-        view.problems, view.source_list[1] = [], SourceStatus("pdu", "up", "", 9, 4, 1, True)
-        view.cluster = {"mode": "scheduler", "degraded": False,
-                        "scheduler_view": {"healthy": True, "nodes": 64}}  # fmt: skip
+        view.problem_list, view.source_list[1] = [], SourceStatus("pdu", "up", "", 9, 4, 1, True)
+        view.cluster = ClusterStatus("scheduler", False, SchedulerViewStatus(True, 64))
         await take("readyz.ready", "Ready", "/readyz")
         view.source_list[1] = SourceStatus("pdu", "down", "timeout after 2 s", 9, 4, 1, True)
         await take("state.full", "State", "/v1/state")
