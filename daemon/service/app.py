@@ -39,6 +39,7 @@ from daemon.http.api import ApiContext, make_app
 from daemon.http.bodies import to_wire
 from daemon.http.events import EventHub
 from daemon.http.metrics import Metrics
+from daemon.http.notice import Notice
 from daemon.replay.recorder import TraceRecorder
 from daemon.service.build import build_adapters, first_connect
 from daemon.service.engine import PolicyEngine
@@ -148,7 +149,7 @@ class Daemon:
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
         if self.notices is not None:
-            self.notices.on_change = lambda n: self.events.publish("notice", n.to_dict())
+            self.notices.on_change = lambda n: self.events.publish("notice", to_wire(Notice.of(n)))
         self.overrides = OverrideStore(self.decisions)
         self.engine.overrides = self.overrides.to_policy()
         self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
