@@ -71,7 +71,7 @@ def schema_components(
     """JSON Schemas of ``types`` and of every type they use, by name, as the wire has them."""
     _, components = msgspec.json.schema_components(tuple(types), ref_template=ref_template)
     omitted = {cls.__name__: WIRE_OMITS[cls] for cls in WIRE_OMITS}
-    optional = {cls.__name__: _unset_fields(cls) for cls in _dataclasses(types)}
+    optional = {cls.__name__: unset_fields(cls) for cls in models_in(types)}
     for name, schema in components.items():
         if "properties" not in schema:
             continue  # an enum
@@ -90,7 +90,7 @@ def _fields(cls: type) -> tuple[msgspec.inspect.Field, ...]:
     return info.fields
 
 
-def _unset_fields(cls: type) -> tuple[str, ...]:
+def unset_fields(cls: type) -> tuple[str, ...]:
     """The fields of a model that may be left out: those whose default is msgspec.UNSET."""
     return tuple(f.name for f in _fields(cls) if f.default is msgspec.UNSET)
 
@@ -99,7 +99,7 @@ def _is_model(t: Any) -> bool:
     return isinstance(t, type) and (dataclasses.is_dataclass(t) or issubclass(t, msgspec.Struct))
 
 
-def _dataclasses(types: Iterable[Any]) -> Iterator[type]:
+def models_in(types: Iterable[Any]) -> Iterator[type]:
     """Every model (dataclass or Struct) in ``types`` and in their fields' types, once each."""
     seen: set[type] = set()
     todo = list(types)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 from msgspec import to_builtins as _to_builtins
@@ -307,3 +308,12 @@ def encode(body: Any) -> bytes:
 def body_schemas(types: Iterable[type]) -> dict[str, Any]:
     """The OpenAPI component schemas of ``types`` and of what they hold (Decision included)."""
     return schema_components((Decision, *types))
+
+
+def request_schemas(types: Iterable[type]) -> dict[str, Any]:
+    """The component schemas of request bodies: a field is required where it has no default."""
+    _, components = msgspec.json.schema_components(tuple(types), ref_template=_REF)
+    return dict(components)
+
+
+_REF = "#/components/schemas/{name}"

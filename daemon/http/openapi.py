@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.delivery.overrides import OverrideRequest
 from daemon.http import bodies
-from daemon.http.bodies import body_schemas
+from daemon.http.bodies import body_schemas, request_schemas
 from daemon.http.notice import NOTICE_PATHS, NOTICE_SCHEMAS
 
 _STR = {"type": "string"}
@@ -42,20 +43,7 @@ RESPONSE_BODIES: tuple[type, ...] = (
 
 SCHEMAS: dict[str, Any] = {
     **body_schemas(RESPONSE_BODIES),
-    "OverrideRequest": {
-        "type": "object",
-        "required": ["action", "reason"],
-        "additionalProperties": False,
-        "properties": {
-            "action": {
-                "enum": ["pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm"]
-            },
-            "node": _STR,
-            "pin": {"enum": ["never_drain", "excluded"]},
-            "reason": {"type": "string", "minLength": 1, "maxLength": 256},
-            "actor": {"type": "string", "maxLength": 256},
-        },
-    },
+    **request_schemas((OverrideRequest,)),
 }
 
 _QUERY = {
