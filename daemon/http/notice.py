@@ -122,7 +122,8 @@ def add_notice_routes(
     app.router.add_get("/v1/notices", notices)
 
 
-NOTICE_SCHEMAS: dict[str, Any] = body_schemas((NodeNotice, Notices))
+NOTICE_BODIES: tuple[type, ...] = (NodeNotice, Notices)
+NOTICE_SCHEMAS: dict[str, Any] = body_schemas(NOTICE_BODIES)
 
 
 def _ok(schema: str, description: str) -> dict[str, Any]:

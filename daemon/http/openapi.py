@@ -7,7 +7,7 @@ from typing import Any
 from daemon.delivery.overrides import OverrideRequest
 from daemon.http import bodies
 from daemon.http.bodies import body_schemas, request_schemas
-from daemon.http.notice import NOTICE_PATHS, NOTICE_SCHEMAS
+from daemon.http.notice import NOTICE_BODIES, NOTICE_PATHS, NOTICE_SCHEMAS
 
 _STR = {"type": "string"}
 
@@ -41,9 +41,13 @@ RESPONSE_BODIES: tuple[type, ...] = (
     bodies.Health,
 )
 
+REQUEST_BODIES: tuple[type, ...] = (OverrideRequest,)
+# Every model the document describes (the tests check each against its schema).
+MODELS: tuple[type, ...] = RESPONSE_BODIES + NOTICE_BODIES + REQUEST_BODIES
+
 SCHEMAS: dict[str, Any] = {
     **body_schemas(RESPONSE_BODIES),
-    **request_schemas((OverrideRequest,)),
+    **request_schemas(REQUEST_BODIES),
 }
 
 _QUERY = {

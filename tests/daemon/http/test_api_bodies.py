@@ -44,7 +44,7 @@ from policies.model import (
     SensorKind,
 )
 from policies.safety import Pin
-from tests.support.openapi import check
+from tests.support.openapi import check, check_response
 
 RECORDED = Path(__file__).with_name("api_bodies.json")
 TOKEN = "pin-token"
@@ -192,24 +192,25 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
     bodies: dict[str, str] = {}
     async with serving(make_app(ctx)) as base, aiohttp.ClientSession() as http:
 
-        async def take(name: str, schema: str, path: str, status: int = 200, **kw: Any) -> None:
-            method = http.post if "json" in kw else http.get
-            async with method(base + path, **kw) as resp:
+        async def take(name: str, path: str, status: int = 200, **kw: Any) -> None:
+            method = "POST" if "json" in kw else "GET"
+            async with http.request(method, base + path, **kw) as resp:
                 assert resp.status == status, (name, await resp.text())
                 raw = await resp.read()
-            check(schema, orjson.loads(raw))
+            # Each body matches the schema the document gives for its path and status.
+            check_response(path, method, status, orjson.loads(raw))
             bodies[name] = _blank_clock(raw).decode()
 
-        await take("healthz", "Health", "/healthz")
+        await take("healthz", "/healthz")
         # Nothing known yet: no sources, no outcome, nothing pending.
-        await take("readyz.empty", "Ready", "/readyz")
-        await take("state.empty", "State", "/v1/state")
-        await take("assessments.empty", "Assessments", "/v1/assessments")
-        await take("outbox.empty", "Outbox", "/v1/outbox")
-        await take("overrides.empty", "Overrides", "/v1/overrides")
-        await take("decisions.empty", "DecisionLog", "/v1/decisions")
-        await take("node_notice.none", "NodeNotice", "/v1/node/notice")
-        await take("notices.none", "Notices", "/v1/notices")
+        await take("readyz.empty", "/readyz")
+        await take("state.empty", "/v1/state")
+        await take("assessments.empty", "/v1/assessments")
+        await take("outbox.empty", "/v1/outbox")
+        await take("overrides.empty", "/v1/overrides")
+        await take("decisions.empty", "/v1/decisions")
+        await take("node_notice.none", "/v1/node/notice")
+        await take("notices.none", "/v1/notices")
 
         mono = time.monotonic()
         view.source_list = [
@@ -238,16 +239,16 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
             Pending(DRAIN, 2, "HTTP 503", 7, WALL - 10, "policy", True),
             Pending(RESUME, 0, "", 8, WALL - 5, "reconcile", False),
         ]
-        await take("readyz.not_ready", "Ready", "/readyz", status=503)
+        await take("readyz.not_ready", "/readyz", status=503)
         view.problem_list, view.source_list[1] = [], SourceStatus("pdu", "up", "", 9, 4, 1, True)
         view.cluster = ClusterStatus("scheduler", False, SchedulerViewStatus(True, 64))
-        await take("readyz.ready", "Ready", "/readyz")
+        await take("readyz.ready", "/readyz")
         view.source_list[1] = SourceStatus("pdu", "down", "timeout after 2 s", 9, 4, 1, True)
-        await take("state.full", "State", "/v1/state")
-        await take("assessments.full", "Assessments", "/v1/assessments")
+        await take("state.full", "/v1/state")
+        await take("assessments.full", "/v1/assessments")
         view.outcome = Outcome(NODE_A, [GPU_A], None)
-        await take("assessments.no_rack", "Assessments", "/v1/assessments")
-        await take("outbox.full", "Outbox", "/v1/outbox")
+        await take("assessments.no_rack", "/v1/assessments")
+        await take("outbox.full", "/v1/outbox")
 
         def add_decisions(db: Any) -> None:
             for seq, d, status, done in (
@@ -265,29 +266,34 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         await store.write(add_decisions)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         pin = {"action": "pin", "node": "n9", "pin": "excluded", "reason": "fans", "actor": "bob"}
-        await take("post_overrides.pin", "OverrideResult", "/v1/overrides", json=pin, headers=auth)
+        await take("post_overrides.pin", "/v1/overrides", json=pin, headers=auth)
         pause = {"action": "pause_predictive", "reason": "maintenance"}
-        await take("post_overrides.pause", "OverrideResult", "/v1/overrides", json=pause,
+        await take("post_overrides.pause", "/v1/overrides", json=pause,
                    headers=auth)  # fmt: skip
-        await take("overrides.full", "Overrides", "/v1/overrides")
-        await take("decisions.full", "DecisionLog", "/v1/decisions")
-        await take("decisions.page", "DecisionLog", "/v1/decisions?limit=2")
-        await take("decisions.bad", "Error", "/v1/decisions?limit=0", status=400)
+        await take("overrides.full", "/v1/overrides")
+        await take("decisions.full", "/v1/decisions")
+        await take("decisions.page", "/v1/decisions?limit=2")
+        await take("decisions.bad", "/v1/decisions?limit=0", status=400)
+        await take("events.bad_id", "/v1/events", status=400, headers={"Last-Event-ID": "x"})
         bad = {"action": "pin", "node": "n9", "reason": "x", "pin": "sideways"}
-        await take("post_overrides.bad", "Error", "/v1/overrides", status=400, json=bad,
+        await take("post_overrides.bad", "/v1/overrides", status=400, json=bad,
                    headers=auth)  # fmt: skip
-        await take("post_overrides.unauthorized", "Error", "/v1/overrides", status=401, json=bad)
-        await take("not_found", "Error", "/v1/nothing", status=404)
+        await take("post_overrides.unauthorized", "/v1/overrides", status=401, json=bad)
+        async with http.get(base + "/v1/nothing") as resp:
+            assert resp.status == 404
+            raw = await resp.read()
+        check("Error", orjson.loads(raw))  # no path of the document: the one error shape
+        bodies["not_found"] = raw.decode()
         huge = {**pin, "reason": "x" * 20_000}
-        await take("post_overrides.too_large", "Error", "/v1/overrides", status=413, json=huge,
+        await take("post_overrides.too_large", "/v1/overrides", status=413, json=huge,
                    headers=auth)  # fmt: skip
         async with http.post(base + "/v1/overrides", data=b"{}", headers=auth) as resp:
             assert resp.status == 415
             bodies["post_overrides.not_json"] = (await resp.read()).decode()
 
         notices = FixedNotices([_notice("rg-k1", closed=False), _notice("rg-k0", closed=True)])
-        await take("node_notice.open", "NodeNotice", "/v1/node/notice")
-        await take("notices.two", "Notices", "/v1/notices")
+        await take("node_notice.open", "/v1/node/notice")
+        await take("notices.two", "/v1/notices")
     assert overrides.pins == {"n9": (Pin.EXCLUDED, "fans")}
     return bodies
 
