@@ -15,6 +15,9 @@ from typing import Any
 
 import orjson
 
+from daemon.delivery.outbox import Status
+from policies.model import Decision
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -27,6 +30,17 @@ class Event:
     def encode(self) -> bytes:
         """The SSE frame."""
         return b"id: %d\nevent: %s\ndata: %s\n\n" % (self.id, self.kind.encode(), self.data)
+
+
+def delivery_event(decision: Decision, status: Status, outcome: str) -> dict[str, Any]:
+    """The ``delivery`` event: where a decision's delivery now stands."""
+    return {
+        "node": decision.node,
+        "action": decision.action.value,
+        "key": decision.key,
+        "status": status.value,
+        "outcome": outcome,
+    }
 
 
 class EventHub:

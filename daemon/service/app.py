@@ -37,7 +37,7 @@ from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_job_notices, build_sink
 from daemon.http.api import ApiContext, make_app
 from daemon.http.bodies import to_wire
-from daemon.http.events import EventHub
+from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
 from daemon.replay.recorder import TraceRecorder
@@ -230,16 +230,7 @@ class Daemon:
     def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
         if self.notices is not None:
             self.notices.settled(decision, status, outcome)  # may open a job notice
-        self.events.publish(
-            "delivery",
-            {
-                "node": decision.node,
-                "action": decision.action.value,
-                "key": decision.key,
-                "status": status.value,
-                "outcome": outcome,
-            },
-        )
+        self.events.publish("delivery", delivery_event(decision, status, outcome))
 
     async def apply_override(self, req: OverrideRequest) -> AuditEntry:
         """Apply an operator override (validated by the API), audit it and tell the policy."""

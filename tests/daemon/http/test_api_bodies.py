@@ -24,13 +24,15 @@ import orjson
 import pytest
 from aiohttp import web
 
+from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from daemon.delivery.notices import JobNote, Notice
-from daemon.delivery.outbox import MEMORY, DecisionStore, Pending
+from daemon.delivery.outbox import MEMORY, DecisionStore, Pending, Status
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.http.api import ApiContext, make_app
-from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
+from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus, to_wire
 from daemon.http.decision_log import LogQuery, page
-from daemon.http.events import EventHub
+from daemon.http.events import EventHub, delivery_event
+from daemon.http.notice import Notice as NoticeBody
 from daemon.service.view import ServiceView, SourceStatus
 from policies.codec import to_data
 from policies.model import (
@@ -171,6 +173,22 @@ def _notice(key: str, *, closed: bool) -> Notice:
     return n
 
 
+async def _frames(http: aiohttp.ClientSession, base: str, count: int) -> list[bytes]:
+    """The first ``count`` frames of /v1/events, replayed from the start."""
+    frames: list[bytes] = []
+    async with http.get(base + "/v1/events", headers={"Last-Event-ID": "0"}) as resp:
+        assert resp.status == 200
+        frame = b""
+        while len(frames) < count:
+            line = await resp.content.readline()
+            assert line, "the stream ended"
+            frame += line
+            if line == b"\n":
+                frames.append(frame)
+                frame = b""
+    return frames
+
+
 async def _record_all(store: DecisionStore) -> dict[str, str]:
     """Every endpoint's body over a few views, by a name saying what it shows."""
     overrides = OverrideStore(store, wall=lambda: WALL, mono=lambda: 5.0)
@@ -294,6 +312,20 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         notices = FixedNotices([_notice("rg-k1", closed=False), _notice("rg-k0", closed=True)])
         await take("node_notice.open", "/v1/node/notice")
         await take("notices.two", "/v1/notices")
+
+        # Each kind of event, its data as the daemon publishes it (daemon/service/app.py).
+        hub = view.events
+        hub.publish("assessment", assessment_to_dict(GPU_A))
+        hub.publish("decision", decision_to_dict(DRAIN))
+        hub.publish("delivery", delivery_event(DRAIN, Status.CONFIRMED, "read back"))
+        hub.publish("override", to_wire(await overrides.apply(OverrideRequest.parse(pin))))
+        hub.publish("notice", to_wire(NoticeBody.of(notices.notices[0])))
+        frames = await _frames(http, base, hub.last_id)
+        hub.close()  # the stream's handler returns now, not at its next heartbeat
+        for frame in frames:
+            kind = re.search(rb"^event: (\w+)$", frame, re.M)
+            assert kind is not None, frame
+            bodies[f"event.{kind[1].decode()}"] = frame.decode()
     assert overrides.pins == {"n9": (Pin.EXCLUDED, "fans")}
     return bodies
 
