@@ -26,7 +26,7 @@ from daemon.delivery.outbox import Status
 from daemon.delivery.overrides import AuditEntry
 from daemon.service.runner import Health as SourceHealthState
 from policies.codec import assessment_wire, decision_wire, schema_components
-from policies.model import Assessment, Condition, Decision, Quality, SensorKind
+from policies.model import Action, Assessment, Condition, Decision, Quality, SensorKind
 from policies.safety import Pin
 
 # Bodies that hold a stored decision as it was written (its evidence keeps its
@@ -248,6 +248,17 @@ class OverrideResult:
 
     applied: AuditEntry
     overrides: Overrides
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryEvent:
+    """The ``delivery`` event: where a decision's delivery now stands."""
+
+    node: str
+    action: Action
+    key: str
+    status: Status
+    outcome: str
 
 
 # The bodies' wire forms where they differ from the plain data (policies/codec.py).

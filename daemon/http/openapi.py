@@ -7,6 +7,7 @@ from typing import Any
 from daemon.delivery.overrides import OverrideRequest
 from daemon.http import bodies
 from daemon.http.bodies import body_schemas, request_schemas
+from daemon.http.events import EVENT_DATA
 from daemon.http.notice import NOTICE_BODIES, NOTICE_PATHS, NOTICE_SCHEMAS
 
 _STR = {"type": "string"}
@@ -41,12 +42,13 @@ RESPONSE_BODIES: tuple[type, ...] = (
     bodies.Health,
 )
 
+EVENT_BODIES: tuple[type, ...] = tuple(EVENT_DATA.values())
 REQUEST_BODIES: tuple[type, ...] = (OverrideRequest,)
 # Every model the document describes (the tests check each against its schema).
-MODELS: tuple[type, ...] = RESPONSE_BODIES + NOTICE_BODIES + REQUEST_BODIES
+MODELS: tuple[type, ...] = RESPONSE_BODIES + NOTICE_BODIES + EVENT_BODIES + REQUEST_BODIES
 
 SCHEMAS: dict[str, Any] = {
-    **body_schemas(RESPONSE_BODIES),
+    **body_schemas(RESPONSE_BODIES + EVENT_BODIES),
     **request_schemas(REQUEST_BODIES),
 }
 
@@ -155,7 +157,12 @@ OPENAPI: dict[str, Any] = {
                 "summary": "Server-Sent Events: assessment, decision, delivery, override, notice",
                 "parameters": [{"name": "Last-Event-ID", "in": "header", "schema": _STR}],
                 "responses": {
-                    "200": {"description": "event stream", "content": {"text/event-stream": {}}},
+                    "200": {
+                        "description": "event stream",
+                        "content": {"text/event-stream": {}},
+                        # Each frame's ``event:`` and the schema of its ``data:``.
+                        "x-events": {kind: _ref(t.__name__) for kind, t in EVENT_DATA.items()},
+                    },
                     "503": _json(_ref("Error"), "too many streams open; retry later"),
                     **_ERRORS,
                 },

@@ -23,7 +23,6 @@ from aiohttp import web
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.base import ReadableSink
-from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.config import Config, read_secret
@@ -36,7 +35,6 @@ from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_job_notices, build_sink
 from daemon.http.api import ApiContext, make_app
-from daemon.http.bodies import to_wire
 from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
@@ -149,7 +147,7 @@ class Daemon:
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
         if self.notices is not None:
-            self.notices.on_change = lambda n: self.events.publish("notice", to_wire(Notice.of(n)))
+            self.notices.on_change = lambda n: self.events.publish("notice", Notice.of(n))
         self.overrides = OverrideStore(self.decisions)
         self.engine.overrides = self.overrides.to_policy()
         self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
@@ -225,7 +223,7 @@ class Daemon:
     def _on_decision(self, decision: Decision) -> None:
         self.metrics.count_decision(decision)
         self.decisions.submit(decision)  # durable (or held in memory) before it is sent
-        self.events.publish("decision", decision_to_dict(decision))
+        self.events.publish("decision", decision)
 
     def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
         if self.notices is not None:
@@ -245,7 +243,7 @@ class Daemon:
             f" {req.node} {req.pin.value if req.pin else ''}".rstrip() if req.node else "",
             req.reason,
         )
-        self.events.publish("override", to_wire(entry))
+        self.events.publish("override", entry)
         return entry
 
     def stop(self) -> None:
@@ -375,7 +373,7 @@ class Daemon:
                 key = (a.condition, a.domain, ttt, a.detail)
                 if key != last:
                     last = key
-                    self.events.publish("assessment", assessment_to_dict(a))
+                    self.events.publish("assessment", a)
             await asyncio.sleep(self.config.policy.evaluate_interval_s)
 
     async def _shutdown(self, api: web.AppRunner) -> None:

@@ -24,14 +24,13 @@ import orjson
 import pytest
 from aiohttp import web
 
-from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from daemon.delivery.notices import JobNote, Notice
 from daemon.delivery.outbox import MEMORY, DecisionStore, Pending, Status
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.http.api import ApiContext, make_app
-from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus, to_wire
+from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.http.decision_log import LogQuery, page
-from daemon.http.events import EventHub, delivery_event
+from daemon.http.events import EVENT_DATA, EventHub, delivery_event
 from daemon.http.notice import Notice as NoticeBody
 from daemon.service.view import ServiceView, SourceStatus
 from policies.codec import to_data
@@ -315,16 +314,18 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
 
         # Each kind of event, its data as the daemon publishes it (daemon/service/app.py).
         hub = view.events
-        hub.publish("assessment", assessment_to_dict(GPU_A))
-        hub.publish("decision", decision_to_dict(DRAIN))
+        hub.publish("assessment", GPU_A)
+        hub.publish("decision", DRAIN)
         hub.publish("delivery", delivery_event(DRAIN, Status.CONFIRMED, "read back"))
-        hub.publish("override", to_wire(await overrides.apply(OverrideRequest.parse(pin))))
-        hub.publish("notice", to_wire(NoticeBody.of(notices.notices[0])))
+        hub.publish("override", await overrides.apply(OverrideRequest.parse(pin)))
+        hub.publish("notice", NoticeBody.of(notices.notices[0]))
         frames = await _frames(http, base, hub.last_id)
         hub.close()  # the stream's handler returns now, not at its next heartbeat
         for frame in frames:
             kind = re.search(rb"^event: (\w+)$", frame, re.M)
             assert kind is not None, frame
+            data = orjson.loads(frame.split(b"data: ", 1)[1])
+            check(EVENT_DATA[kind[1].decode()].__name__, data)  # as /openapi.json says
             bodies[f"event.{kind[1].decode()}"] = frame.decode()
     assert overrides.pins == {"n9": (Pin.EXCLUDED, "fans")}
     return bodies
