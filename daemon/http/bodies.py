@@ -288,6 +288,13 @@ def _holds_wire_form(cls: type) -> bool:
     return False
 
 
+def _plain(cls: type) -> bool:
+    """Whether msgspec alone encodes a value of ``cls`` as the wire has it."""
+    if dataclasses.is_dataclass(cls):
+        return cls not in _WIRE_FORMS and not _holds_wire_form(cls)
+    return cls in (str, int, float, bool, type(None))
+
+
 def to_wire(obj: Any) -> Any:
     """A body as the JSON-able data the API sends: UNSET fields left out, models in wire form."""
     form = _WIRE_FORMS.get(type(obj))
@@ -303,6 +310,8 @@ def to_wire(obj: Any) -> Any:
                 data[f.name] = to_wire(value)
         return data
     if isinstance(obj, list | tuple):
+        if all(_plain(type(x)) for x in obj):
+            return _to_builtins(obj, enc_hook=_builtin)  # /v1/state's series: one call
         return [to_wire(x) for x in obj]
     if isinstance(obj, Mapping):
         return {k: to_wire(v) for k, v in obj.items()}
