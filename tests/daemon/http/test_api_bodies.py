@@ -9,11 +9,10 @@ clock-derived ``as_of`` and ages are blanked.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
@@ -22,7 +21,6 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 
 from daemon.delivery.notices import JobNote, Notice
 from daemon.delivery.outbox import MEMORY, DecisionStore, Pending, Status
@@ -46,6 +44,7 @@ from policies.model import (
 )
 from policies.safety import Pin
 from tests.support.openapi import check, check_response
+from tests.support.serving import serving
 
 RECORDED = Path(__file__).with_name("api_bodies.json")
 TOKEN = "pin-token"
@@ -135,18 +134,6 @@ def store() -> Iterator[DecisionStore]:
     s = DecisionStore(MEMORY, wall=lambda: WALL)
     yield s
     s.close()
-
-
-@contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 _CLOCKED = (

@@ -10,12 +10,12 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 
 from daemon.delivery.overrides import OverrideError, OverrideRequest
 from daemon.http.api import MAX_BODY_BYTES, ApiContext, make_app
 from policies.safety import Pin
 from tests.support.openapi import check
+from tests.support.serving import serving as serve_app
 
 TOKEN = "req-token"
 PIN = {"action": "pin", "node": "n1", "pin": "excluded", "reason": "fans"}
@@ -73,14 +73,8 @@ async def serving() -> AsyncIterator[str]:
         reads_need_token=False,
         max_event_streams=1,
     )
-    runner = web.AppRunner(make_app(ctx))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1/overrides"
-    finally:
-        await runner.cleanup()
+    async with serve_app(make_app(ctx)) as base:
+        yield base + "/v1/overrides"
 
 
 def _chunks(data: bytes) -> Any:
