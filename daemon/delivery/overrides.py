@@ -79,7 +79,7 @@ _AT_FIELD = re.compile(r"(?P<what>.*) - at `\$(?P<path>.*)`")
 _NAMED = re.compile(r"field `(?P<name>[^`]*)`")
 
 
-def _field_error(cls: type, message: str) -> str:
+def _field_error(cls: type[msgspec.Struct], message: str) -> str:
     """msgspec's ``Expected `str`, got `int` - at `$.node``` as ``node: expected `str`, ...``."""
     at = _AT_FIELD.fullmatch(message)
     if at is not None:
@@ -88,7 +88,7 @@ def _field_error(cls: type, message: str) -> str:
         named = _NAMED.search(message)
         what, field = message, named["name"] if named else "body"
         if "unknown field" in message:
-            what += f" (known: {', '.join(cls.__struct_fields__)})"  # type: ignore[attr-defined]
+            what += f" (known: {', '.join(cls.__struct_fields__)})"
     if what.startswith("Invalid enum value"):
         what += f" (one of: {', '.join(_choices(cls, field))})"
     return f"{field}: {what[:1].lower()}{what[1:]}"
@@ -112,7 +112,7 @@ class AuditEntry:
 
     id: int | None  # the audit row's
     at: float  # wall clock
-    action: str
+    action: OverrideAction
     node: str
     reason: str
     actor: str
