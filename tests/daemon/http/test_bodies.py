@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from jsonschema import Draft202012Validator
 
 from daemon.http.bodies import ClusterStatus, EtcdStatus, Ready, to_wire
 from daemon.http.bodies import OutboxHealth as OutboxHealthBody
@@ -87,3 +88,8 @@ def test_unset_is_left_out_and_none_is_null() -> None:
         "degraded": True,
         "etcd": {"up": False, "failures": 2},
     }
+
+
+@pytest.mark.parametrize("name", sorted(COMPONENTS))
+def test_every_component_is_a_valid_json_schema(name: str) -> None:
+    Draft202012Validator.check_schema(COMPONENTS[name])
