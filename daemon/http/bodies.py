@@ -1,4 +1,4 @@
-"""The API's response bodies: one frozen dataclass each, the one definition of its shape.
+"""The API's bodies (responses, events): one frozen dataclass each, the one definition of its shape.
 
 Their JSON (:func:`to_wire`, encoded by orjson as the API always was) and their
 OpenAPI component schemas (:func:`body_schemas`) are derived from these classes
@@ -20,12 +20,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
-from msgspec import to_builtins as _to_builtins
 
 from daemon.delivery.outbox import Status
 from daemon.delivery.overrides import AuditEntry
 from daemon.service.runner import Health as SourceHealthState
-from policies.codec import assessment_wire, decision_wire, schema_components
+from policies.codec import assessment_wire, decision_wire, schema_components, to_data
 from policies.model import Action, Assessment, Condition, Decision, Quality, SensorKind
 from policies.safety import Pin
 
@@ -268,12 +267,6 @@ _WIRE_FORMS: Mapping[type, Callable[[Any], Any]] = {
 }
 
 
-def _builtin(obj: Any) -> Any:
-    if isinstance(obj, Mapping):  # frozen labels
-        return dict(obj)
-    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
-
-
 @functools.cache
 def _holds_wire_form(cls: type) -> bool:
     """Whether a body class holds, anywhere inside, a model with its own wire form."""
@@ -302,7 +295,7 @@ def to_wire(obj: Any) -> Any:
         return form(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         if not _holds_wire_form(type(obj)):
-            return _to_builtins(obj, enc_hook=_builtin)  # the fast path: msgspec does it all
+            return to_data(obj)  # the fast path: msgspec does it all
         data = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
@@ -311,7 +304,7 @@ def to_wire(obj: Any) -> Any:
         return data
     if isinstance(obj, list | tuple):
         if all(_plain(type(x)) for x in obj):
-            return _to_builtins(obj, enc_hook=_builtin)  # /v1/state's series: one call
+            return to_data(obj)  # /v1/state's series: one call
         return [to_wire(x) for x in obj]
     if isinstance(obj, Mapping):
         return {k: to_wire(v) for k, v in obj.items()}
