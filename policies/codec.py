@@ -92,7 +92,13 @@ def _fields(cls: type) -> tuple[msgspec.inspect.Field, ...]:
 
 def unset_fields(cls: type) -> tuple[str, ...]:
     """The fields of a model that may be left out: those whose default is msgspec.UNSET."""
-    return tuple(f.name for f in _fields(cls) if f.default is msgspec.UNSET)
+    # msgspec.inspect shows an UNSET default as "not required, and no default".
+    no = msgspec.NODEFAULT
+    return tuple(
+        f.name
+        for f in _fields(cls)
+        if not f.required and f.default is no and f.default_factory is no
+    )
 
 
 def _is_model(t: Any) -> bool:
