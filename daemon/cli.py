@@ -111,7 +111,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 async def _probe(config: Config, name: str, *, as_json: bool, nvml: Any) -> int:
-    from daemon.http.api import reading_to_dict  # noqa: PLC0415
+    from daemon.http.api import series_of  # noqa: PLC0415
+    from daemon.http.bodies import to_wire  # noqa: PLC0415
     from daemon.service.sources import build_adapter  # noqa: PLC0415
 
     cfg = config.sources[name]
@@ -129,7 +130,7 @@ async def _probe(config: Config, name: str, *, as_json: bool, nvml: Any) -> int:
     for note in getattr(adapter, "notes", ()):  # which profile, what the device lacks
         print(f"rackguard: {name}: {note}", file=sys.stderr)
     now = readings[0].mono if readings else 0.0
-    rows = [reading_to_dict(r, now) for r in readings]
+    rows = [to_wire(series_of(r, now)) for r in readings]
     if as_json:
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0

@@ -10,7 +10,9 @@ trace) are that data less what :data:`WIRE_OMITS` names, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+import typing
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -69,13 +71,15 @@ def schema_components(
     """JSON Schemas of ``types`` and of every type they use, by name, as the wire has them."""
     _, components = msgspec.json.schema_components(tuple(types), ref_template=ref_template)
     omitted = {cls.__name__: WIRE_OMITS[cls] for cls in WIRE_OMITS}
+    optional = {cls.__name__: unset_fields(cls) for cls in models_in(types)}
     for name, schema in components.items():
         if "properties" not in schema:
             continue  # an enum
         for field in omitted.get(name, ()):
             del schema["properties"][field]
-        # The encoder writes every field, defaults included: all are always there.
-        schema["required"] = list(schema["properties"])
+        # The encoder writes every field, defaults included, except one left UNSET.
+        maybe = optional.get(name, ())
+        schema["required"] = [f for f in schema["properties"] if f not in maybe]
     return dict(components)
 
 
@@ -84,6 +88,34 @@ def _fields(cls: type) -> tuple[msgspec.inspect.Field, ...]:
     if not isinstance(info, msgspec.inspect.DataclassType | msgspec.inspect.StructType):
         raise TypeError(f"{cls.__name__} is not a model dataclass or Struct")
     return info.fields
+
+
+def unset_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a model that may be left out: those whose default is msgspec.UNSET."""
+    # msgspec.inspect shows an UNSET default as "not required, and no default".
+    no = msgspec.NODEFAULT
+    return tuple(
+        f.name
+        for f in _fields(cls)
+        if not f.required and f.default is no and f.default_factory is no
+    )
+
+
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and (dataclasses.is_dataclass(t) or issubclass(t, msgspec.Struct))
+
+
+def models_in(types: Iterable[Any]) -> Iterator[type]:
+    """Every model (dataclass or Struct) in ``types`` and in their fields' types, once each."""
+    seen: set[type] = set()
+    todo = list(types)
+    while todo:
+        t = todo.pop()
+        todo.extend(typing.get_args(t))
+        if _is_model(t) and t not in seen:
+            seen.add(t)
+            todo.extend(typing.get_type_hints(t, include_extras=True).values())
+            yield t
 
 
 def field_names(cls: type) -> tuple[str, ...]:

@@ -21,11 +21,13 @@ from dataclasses import replace
 from types import MappingProxyType
 
 import orjson
+from msgspec import UNSET
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.claims import Budgets, Grant
 from daemon.cluster.etcd import EtcdError
 from daemon.cluster.scheduler_view import SchedulerView
+from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from policies.model import Action, FaultDomain
 from policies.policy import Outcome
 from policies.safety import (
@@ -79,19 +81,16 @@ class Fleet:
         s = self.scheduler
         return s is not None and s.failures > 0 and not s.healthy  # not before the first try
 
-    def status(self) -> dict[str, object]:
-        """For /readyz and /v1/state."""
-        body: dict[str, object] = {"mode": self.mode, "degraded": self.degraded}
-        if self.scheduler is not None:
-            body["scheduler_view"] = {
-                "healthy": self.scheduler.healthy,
-                "nodes": self.scheduler.snapshot.total if self.scheduler.snapshot else None,
-            }
-        if self.etcd is not None:
-            body["etcd"] = {"up": self.etcd.up, "failures": self.etcd.failures}
-            if not self.etcd.up and self.etcd.last_error:
-                body["etcd"] = {**body["etcd"], "error": self.etcd.last_error}  # type: ignore[dict-item]
-        return body
+    def status(self) -> ClusterStatus:
+        """For /readyz."""
+        s, e = self.scheduler, self.etcd
+        view = UNSET if s is None else SchedulerViewStatus(
+            s.healthy, s.snapshot.total if s.snapshot else None
+        )  # fmt: skip
+        etcd = UNSET if e is None else EtcdStatus(
+            e.up, e.failures, e.last_error if not e.up and e.last_error else UNSET
+        )  # fmt: skip
+        return ClusterStatus(self.mode, self.degraded, view, etcd)
 
     # -- the view --------------------------------------------------------------------
 

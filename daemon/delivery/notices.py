@@ -41,7 +41,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from adapters.schedulers.jobs import (
     JobControl,
@@ -92,19 +91,6 @@ class JobNote:
         """requeued_at, requeued."""
         return self.requeued_at, self.requeued
 
-    def to_dict(self) -> dict[str, Any]:
-        """The API's shape."""
-        return {
-            "job_id": self.job_id,
-            "name": self.name,
-            "user": self.user,
-            "signal": self.signal,
-            "signaled_at": self.signal_started_at,
-            "signaled": self.signaled,
-            "requeued_at": self.requeued_at,
-            "requeued": self.requeued,
-        }
-
 
 @dataclass(slots=True)
 class Notice:
@@ -133,23 +119,6 @@ class Notice:
     @property
     def open(self) -> bool:
         return self.closed_at is None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API's shape."""
-        return {
-            "key": self.key,
-            "node": self.node,
-            "action": self.action.value,
-            "reason": self.reason,
-            "domain": self.domain,
-            "noticed_at": self.noticed_at,
-            "checkpoint_by": self.deadline,
-            "told_at": self.told_at,
-            "closed_at": self.closed_at,
-            "closed": self.closed,
-            "error": self.error,
-            "jobs": [j.to_dict() for j in self.jobs.values()],
-        }
 
 
 @dataclass(slots=True)

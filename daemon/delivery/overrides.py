@@ -9,71 +9,120 @@ the operator is told, rather than a pin silently lost at the next restart.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import re
 import sqlite3
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import orjson
+from msgspec import UNSET, Meta, UnsetType
 
 from daemon.delivery.outbox import DecisionStore
+from policies.codec import to_data
 from policies.safety import Overrides, Pin
 
-ACTIONS = ("pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm")
+OverrideAction = Literal["pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm"]
+_Text = Annotated[str, Meta(max_length=256)]
 
 
 class OverrideError(ValueError):
     """A malformed override request; the message names the field."""
 
 
-@dataclass(frozen=True, slots=True)
-class OverrideRequest:
-    """One validated POST /v1/overrides body."""
+# A msgspec Struct rather than a dataclass: only a Struct refuses unknown fields
+# while decoding (and says so in its schema), so a misspelt ``pinn`` is an error,
+# not a pin silently left out.
+class OverrideRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One POST /v1/overrides body (its schema is derived from this class)."""
 
-    action: str
-    node: str = ""
+    action: OverrideAction
+    reason: Annotated[str, Meta(min_length=1, max_length=256)]
+    node: _Text = ""
     pin: Pin | None = None
-    reason: str = ""
-    actor: str = "operator"
+    actor: _Text = "operator"
 
     @classmethod
     def parse(cls, body: Any) -> OverrideRequest:
-        """Validate a decoded JSON body."""
-        if not isinstance(body, dict):
-            raise OverrideError("body: must be a JSON object")
-        known = {"action", "node", "pin", "reason", "actor"}
-        for key in body:
-            if key not in known:
-                raise OverrideError(f"{key}: unknown field (known: {', '.join(sorted(known))})")
-        action = body.get("action")
-        if action not in ACTIONS:
-            raise OverrideError(f"action: must be one of {', '.join(ACTIONS)}, got {action!r}")
-        fields: dict[str, str] = {}
-        for key in ("node", "reason", "actor"):
-            value = body.get(key, "")
-            if not isinstance(value, str) or len(value) > 256:
-                raise OverrideError(f"{key}: must be a string of at most 256 characters")
-            fields[key] = value.strip()
-        if not fields["reason"]:
+        """Decode and check a JSON-decoded body; OverrideError names the field and the fault."""
+        try:
+            req = msgspec.convert(body, cls)
+        except msgspec.ValidationError as err:
+            raise OverrideError(_field_error(cls, str(err))) from None
+        return req.checked()
+
+    def checked(self) -> OverrideRequest:
+        """The request with its texts stripped, once its fields agree with each other."""
+        node, reason, actor = self.node.strip(), self.reason.strip(), self.actor.strip()
+        if not reason:
             raise OverrideError("reason: required, so the audit log says why")
-        node = fields["node"]
-        pin = None
-        if action in ("pin", "unpin"):
+        if self.action in ("pin", "unpin"):
             if not node or any(c.isspace() for c in node):
                 raise OverrideError("node: required for pin/unpin, a node name without spaces")
         elif node:
-            raise OverrideError(f"node: not used with action {action!r}")
-        if action == "pin":
-            raw = body.get("pin")
-            if raw not in {p.value for p in Pin}:
-                choices = ", ".join(p.value for p in Pin)
-                raise OverrideError(f"pin: must be one of {choices}, got {raw!r}")
-            pin = Pin(raw)
-        elif "pin" in body:
-            raise OverrideError(f"pin: not used with action {action!r}")
-        return cls(action, node, pin, fields["reason"], fields["actor"] or "operator")
+            raise OverrideError(f"node: not used with action {self.action!r}")
+        if self.action == "pin" and self.pin is None:
+            choices = ", ".join(p.value for p in Pin)
+            raise OverrideError(f"pin: required for action 'pin', one of {choices}")
+        if self.action != "pin" and self.pin is not None:
+            raise OverrideError(f"pin: not used with action {self.action!r}")
+        return msgspec.structs.replace(self, node=node, reason=reason, actor=actor or "operator")
+
+
+_AT_FIELD = re.compile(r"(?P<what>.*) - at `\$(?P<path>.*)`")
+_NAMED = re.compile(r"field `(?P<name>[^`]*)`")
+
+
+def _field_error(cls: type[msgspec.Struct], message: str) -> str:
+    """msgspec's ``Expected `str`, got `int` - at `$.node``` as ``node: expected `str`, ...``."""
+    at = _AT_FIELD.fullmatch(message)
+    if at is not None:
+        what, field = at["what"], at["path"].lstrip(".") or "body"
+    else:  # "Object missing required field `reason`", "... contains unknown field `x`"
+        named = _NAMED.search(message)
+        what, field = message, named["name"] if named else "body"
+        if "unknown field" in message:
+            what += f" (known: {', '.join(cls.__struct_fields__)})"
+    if what.startswith("Invalid enum value"):
+        what += f" (one of: {', '.join(_choices(cls, field))})"
+    return f"{field}: {what[:1].lower()}{what[1:]}"
+
+
+def _choices(cls: type, field: str) -> list[str]:
+    """The values a Literal or enum field takes."""
+    hint = typing.get_type_hints(cls).get(field)
+    out: list[str] = []
+    for t in (hint, *typing.get_args(hint)):
+        if isinstance(t, type) and issubclass(t, enum.Enum):
+            out += [m.value for m in t]
+        elif typing.get_origin(t) is Literal:
+            out += [str(a) for a in typing.get_args(t)]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One override as applied and audited: the API's answer and the ``override`` event."""
+
+    id: int | None  # the audit row's
+    at: float  # wall clock
+    action: OverrideAction
+    node: str
+    reason: str
+    actor: str
+    pin: Pin | UnsetType = UNSET  # a pin's
+
+    def record(self) -> dict[str, Any]:
+        """The audit row's body (the decision log's ``override``): the entry less id and at."""
+        data: dict[str, Any] = to_data(self)
+        del data["id"], data["at"]
+        return data
 
 
 class OverrideStore:
@@ -99,15 +148,13 @@ class OverrideStore:
             elif key == "paused":
                 self.paused = (bool(data["paused"]), data["reason"])
 
-    async def apply(self, req: OverrideRequest) -> dict[str, Any]:
+    async def apply(self, req: OverrideRequest) -> AuditEntry:
         """Apply one request, persist it and audit it; returns the audit entry.
 
         Raises StorageError (nothing applied) when the disk refuses the write.
         """
-        at = self._wall()
-        body = {"action": req.action, "node": req.node, "reason": req.reason, "actor": req.actor}
-        if req.pin is not None:
-            body["pin"] = req.pin.value
+        pin = UNSET if req.pin is None else req.pin
+        entry = AuditEntry(None, self._wall(), req.action, req.node, req.reason, req.actor, pin)
         pins = dict(self.pins)
         paused = self.paused
         if req.action == "pin" and req.pin is not None:
@@ -126,7 +173,14 @@ class OverrideStore:
                 self._put(db, "paused", {"paused": paused[0], "reason": req.reason})
             cur = db.execute(
                 "INSERT INTO audit (at, actor, action, node, reason, body) VALUES (?,?,?,?,?,?)",
-                (at, req.actor, req.action, req.node, req.reason, orjson.dumps(body)),
+                (
+                    entry.at,
+                    req.actor,
+                    req.action,
+                    req.node,
+                    req.reason,
+                    orjson.dumps(entry.record()),
+                ),
             )
             return cur.lastrowid
 
@@ -135,7 +189,7 @@ class OverrideStore:
         self.pins, self.paused = pins, paused
         if req.action == "reset_storm":
             self._storm_reset_at = self._mono()
-        return {"id": ident, "at": at, **body}
+        return dataclasses.replace(entry, id=ident)
 
     @staticmethod
     def _put(db: sqlite3.Connection, key: str, value: dict[str, Any]) -> None:
@@ -152,14 +206,3 @@ class OverrideStore:
             predictive_paused=self.paused[0],
             storm_reset_at=self._storm_reset_at,
         )
-
-    def current(self) -> dict[str, Any]:
-        """The current overrides for the API."""
-        return {
-            "pins": [
-                {"node": node, "pin": pin.value, "reason": reason}
-                for node, (pin, reason) in sorted(self.pins.items())
-            ],
-            "predictive_paused": self.paused[0],
-            "paused_reason": self.paused[1],
-        }

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from daemon.delivery.outbox import StorageError
-from daemon.delivery.overrides import OverrideError, OverrideRequest
+from daemon.delivery.overrides import AuditEntry, OverrideError, OverrideRequest
+from daemon.http import bodies
 from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError
 from daemon.http.events import Event, EventHub
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.http.notice import NoticeView, add_notice_routes
 from daemon.http.openapi import OPENAPI
 from daemon.http.page import add_page_routes
-from policies.model import Quality, Reading
+from policies.model import Condition, Quality, Reading
 from policies.tracking import gpu_kind
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class ApiContext:
 
     view: ServiceView
     metrics: Metrics
-    apply_override: Callable[[OverrideRequest], Awaitable[dict[str, Any]]]
+    apply_override: Callable[[OverrideRequest], Awaitable[AuditEntry]]
     token: bytes | None
     reads_need_token: bool
     max_event_streams: int
@@ -76,14 +76,14 @@ _STREAMS: web.AppKey[_Streams] = web.AppKey("streams")
 _STATE_BODY: web.AppKey[StateBody] = web.AppKey("state_body")
 
 
-def json_response(data: Any, status: int = 200) -> web.Response:
-    """Serialise with orjson (about 10x faster than json for our bodies)."""
-    return web.Response(body=orjson.dumps(data), status=status, content_type=JSON)
+def json_response(body: Any, status: int = 200) -> web.Response:
+    """A body (daemon/http/bodies.py) as JSON, serialised with orjson."""
+    return web.Response(body=bodies.encode(body), status=status, content_type=JSON)
 
 
 def error_response(status: int, code: str, message: str) -> web.Response:
     """Every error has the same shape: {"error": {"code", "message"}}."""
-    return json_response({"error": {"code": code, "message": message}}, status)
+    return json_response(bodies.Error(bodies.ErrorDetail(code, message)), status)
 
 
 class ApiError(Exception):
@@ -95,9 +95,9 @@ class ApiError(Exception):
         self.code = code
 
 
-def reading_to_dict(
+def series_of(
     r: Reading, now: float, stale_after_s: float | None = None, source_error: str = ""
-) -> dict[str, Any]:
+) -> bodies.Series:
     """One series for the API; past ``stale_after_s`` a value is shown BAD, as the policy sees it.
 
     A source that stopped answering keeps its last readings in the store; the
@@ -105,40 +105,40 @@ def reading_to_dict(
     /v1/state: quality "bad", no value, the last value in the reason.
     """
     age = now - r.mono
-    quality, value, reason = r.quality.value, r.value, r.reason
+    quality, value, reason = r.quality, r.value, r.reason
     stale = stale_after_s is not None and age > stale_after_s and r.value is not None
     if stale:
-        quality, value = Quality.BAD.value, None
+        quality, value = Quality.BAD, None
         reason = f"stale: {age:.0f}s old, past the policy's {stale_after_s:g}s"
         if source_error:
             reason += f" (source {r.source}: {source_error})"
         reason += f"; last {r.quality.value} value {r.value:g} {r.unit}"
-    return {
-        "key": r.key,
-        "source": r.source,
-        "sensor": r.sensor,
-        "kind": r.kind.value,
-        "value": value,
-        "unit": r.unit,
-        "quality": quality,
-        "reason": reason,
-        "stale": stale,
-        "age_s": round(age, 3),
-        "device_ts": r.device_ts,
-        "server_ts": r.server_ts,
-        "labels": dict(r.labels),
-    }
+    return bodies.Series(
+        key=r.key,
+        source=r.source,
+        sensor=r.sensor,
+        kind=r.kind,
+        value=value,
+        unit=r.unit,
+        quality=quality,
+        reason=reason,
+        stale=stale,
+        age_s=round(age, 3),
+        device_ts=r.device_ts,
+        server_ts=r.server_ts,
+        labels=dict(r.labels),
+    )
 
 
 async def healthz(request: web.Request) -> web.Response:
     """The process is alive and its event loop answers."""
-    return json_response({"status": "ok"})
+    return json_response(bodies.Health())
 
 
 async def readyz(request: web.Request) -> web.Response:
     """Every configured source has reported once, and the outbox accepts writes."""
     body = request.app[_CTX].view.readiness()
-    return json_response(body, 200 if body["ready"] else 503)
+    return json_response(body, 200 if body.ready else 503)
 
 
 class StateBody:
@@ -163,7 +163,7 @@ class StateBody:
         now = self._clock()
         gen = view.generation
         if gen != self._generation or now - self._built > self.max_age_s:
-            self._body = orjson.dumps(_state_dict(view, now))
+            self._body = bodies.encode(_state_body(view, now))
             self._generation, self._built = gen, now
         return self._body
 
@@ -174,52 +174,47 @@ async def state(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=JSON)
 
 
-def _state_dict(view: ServiceView, now: float) -> dict[str, Any]:
+def _state_body(view: ServiceView, now: float) -> bodies.State:
     outcome = view.outcome
     node = view.config.node
-    return {
-        "as_of": time.time(),
-        "node": node.name,
-        "rack": node.rack,
-        "simulated": view.simulated,
-        "condition": outcome.node.condition.value if outcome else "unknown",
-        "assessment": assessment_to_dict(outcome.node) if outcome else None,
-        "sources": {
-            s.name: {
-                "health": s.health,
-                "last_error": s.last_error,
-                "attempts": s.attempts,
-                "failures": s.failures,
-                "skipped_ticks": s.skipped_ticks,
-            }
+    return bodies.State(
+        as_of=time.time(),
+        node=node.name,
+        rack=node.rack,
+        simulated=view.simulated,
+        condition=outcome.node.condition if outcome else Condition.UNKNOWN,
+        assessment=outcome.node if outcome else None,
+        sources={
+            s.name: bodies.SourceHealth(
+                s.health, s.last_error, s.attempts, s.failures, s.skipped_ticks
+            )
             for s in view.sources()
         },
-        "series": [_series(view, r, now) for r in view.readings()],
-    }
+        series=[_series(view, r, now) for r in view.readings()],
+    )
 
 
-def _series(view: ServiceView, r: Reading, now: float) -> dict[str, Any]:
+def _series(view: ServiceView, r: Reading, now: float) -> bodies.Series:
     """A series with the policy's stale limit for its kind (policies/tracking.py)."""
     p = view.config.policy
     limit = p.stale_after_s if gpu_kind(r.kind) else p.rack_stale_after_s
     errors = {x.name: x.last_error for x in view.sources() if x.health != "up"}
-    return reading_to_dict(r, now, limit, errors.get(r.source) or "")
+    return series_of(r, now, limit, errors.get(r.source) or "")
 
 
 async def assessments(request: web.Request) -> web.Response:
     """The policy's latest view per GPU, node and rack."""
     outcome = request.app[_CTX].view.outcome
     if outcome is None:
-        return json_response({"node": None, "gpus": [], "rack": None, "at": None})
-    rack = getattr(outcome, "rack", None)
+        return json_response(bodies.Assessments(at=None, node=None, gpus=[], rack=None))
     return json_response(
-        {
-            "at": outcome.node.at,
-            "node": assessment_to_dict(outcome.node),
-            "gpus": [assessment_to_dict(g) for g in outcome.gpus],
-            "rack": assessment_to_dict(rack) if rack is not None else None,
-            "note": getattr(outcome, "note", ""),
-        }
+        bodies.Assessments(
+            at=outcome.node.at,
+            node=outcome.node,
+            gpus=list(outcome.gpus),
+            rack=getattr(outcome, "rack", None),
+            note=getattr(outcome, "note", ""),
+        )
     )
 
 
@@ -279,29 +274,19 @@ async def decisions(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_parameter", str(err)) from err
     except StorageError as err:
         raise ApiError(503, "storage", str(err)) from err
-    return json_response({"items": items, "next_cursor": cursor})
+    return json_response(bodies.DecisionLog(items, cursor))
 
 
 async def outbox(request: web.Request) -> web.Response:
     """Decisions waiting for the scheduler, oldest first."""
+    view = request.app[_CTX].view
     items = [
-        {
-            "seq": p.seq,
-            "decision": decision_to_dict(p.decision),
-            "attempts": p.attempts,
-            "last_error": p.last_error,
-            "queued_at": p.queued_at,
-            "origin": p.origin,
-            "durable": p.durable,
-        }
-        for p in request.app[_CTX].view.pending()
+        bodies.OutboxItem(
+            p.seq, p.decision, p.attempts, p.last_error, p.queued_at, p.origin, p.durable
+        )
+        for p in view.pending()
     ]
-    body = {
-        "pending": len(items),
-        "items": items,
-        "refusal": request.app[_CTX].view.refusal or None,
-    }
-    return json_response(body)
+    return json_response(bodies.Outbox(len(items), items, view.refusal or None))
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -410,12 +395,12 @@ async def post_overrides(request: web.Request) -> web.Response:
         entry = await ctx.apply_override(req)
     except StorageError as err:
         raise ApiError(503, "storage", f"override not applied: {err}") from err
-    return json_response({"applied": entry, "overrides": ctx.view.overrides()})
+    return json_response(bodies.OverrideResult(entry, ctx.view.overrides()))
 
 
 async def openapi(request: web.Request) -> web.Response:
     """This API's OpenAPI 3.1 description."""
-    return json_response(OPENAPI)
+    return web.Response(body=orjson.dumps(OPENAPI), content_type=JSON)
 
 
 async def metrics(request: web.Request) -> web.Response:

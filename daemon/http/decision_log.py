@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from daemon.http.bodies import Delivery, LogItem
+
 MAX_LIMIT = 500
 
 
@@ -62,7 +64,7 @@ FROM audit
 """
 
 
-def page(db: sqlite3.Connection, q: LogQuery) -> tuple[list[dict[str, Any]], str | None]:
+def page(db: sqlite3.Connection, q: LogQuery) -> tuple[list[LogItem], str | None]:
     """One page of the log and the cursor of the next page (None at the end)."""
     where: list[str] = []
     args: list[Any] = []
@@ -90,36 +92,15 @@ def page(db: sqlite3.Connection, q: LogQuery) -> tuple[list[dict[str, Any]], str
     next_cursor = None
     if more and items:
         last = items[-1]
-        next_cursor = encode_cursor(last["at"], last["kind"], last["id"])
+        next_cursor = encode_cursor(last.at, last.kind, last.id)
     return items, next_cursor
 
 
-def _item(row: tuple[Any, ...]) -> dict[str, Any]:
+def _item(row: tuple[Any, ...]) -> LogItem:
     kind, ident, at, node, action, body, status, attempts, last_error, outcome, who, done = row
+    # The stored bodies are shown as they were written (an older version's included).
     data = orjson.loads(body)
     if kind == "override":
-        return {
-            "kind": kind,
-            "id": ident,
-            "at": at,
-            "node": node,
-            "action": action,
-            "actor": who,
-            "override": data,
-        }
-    return {
-        "kind": kind,
-        "id": ident,
-        "at": at,
-        "node": node,
-        "action": action,
-        "decision": data,
-        "delivery": {
-            "status": status,
-            "attempts": attempts,
-            "last_error": last_error,
-            "outcome": outcome,
-            "origin": who,
-            "done_at": done,
-        },
-    }
+        return LogItem(kind, ident, at, node, action, actor=who, override=data)
+    delivery = Delivery(status, attempts, last_error, outcome, who, done)
+    return LogItem(kind, ident, at, node, action, decision=data, delivery=delivery)

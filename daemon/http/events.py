@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-import orjson
+from daemon.delivery.outbox import Status
+from daemon.delivery.overrides import AuditEntry
+from daemon.http.bodies import DeliveryEvent, encode
+from daemon.http.notice import Notice
+from policies.model import Assessment, Decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,23 @@ class Event:
     def encode(self) -> bytes:
         """The SSE frame."""
         return b"id: %d\nevent: %s\ndata: %s\n\n" % (self.id, self.kind.encode(), self.data)
+
+
+# Each kind of event and the model of its data (documented in /openapi.json).
+EVENT_DATA: Mapping[str, type] = MappingProxyType(
+    {
+        "assessment": Assessment,
+        "decision": Decision,
+        "delivery": DeliveryEvent,
+        "override": AuditEntry,
+        "notice": Notice,
+    }
+)
+
+
+def delivery_event(decision: Decision, status: Status, outcome: str) -> DeliveryEvent:
+    """The ``delivery`` event: where a decision's delivery now stands."""
+    return DeliveryEvent(decision.node, decision.action, decision.key, status, outcome)
 
 
 class EventHub:
@@ -49,8 +71,8 @@ class EventHub:
         return len(self._subscribers)
 
     def publish(self, kind: str, data: Any) -> Event:
-        """Send an event to every subscriber and keep it for replay."""
-        event = Event(self._next_id, kind, orjson.dumps(data))
+        """Send an event (``data`` a model of EVENT_DATA[kind]) to every subscriber; keep it."""
+        event = Event(self._next_id, kind, encode(data))
         self._next_id += 1
         self._buffer.append(event)
         for q in list(self._subscribers):

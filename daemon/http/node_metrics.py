@@ -127,7 +127,7 @@ class NodeCollector(Collector):
             "rackguard_ready",
             "1 while /readyz says ready: every source has reported, the outbox and the "
             "delivery are healthy.",
-            value=1.0 if d.readiness()["ready"] else 0.0,
+            value=1.0 if d.readiness().ready else 0.0,
         )
         yield GaugeMetricFamily(
             "rackguard_storm_breaker_open",

@@ -10,12 +10,15 @@ changes or closes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
 
-import orjson
 from aiohttp import web
+from msgspec import Meta
 
-from daemon.delivery.notices import Notice
+from daemon.delivery import notices as job_notices
+from daemon.http.bodies import body_schemas, encode
+from policies.model import Action
 
 JSON = "application/json"
 
@@ -23,16 +26,80 @@ JSON = "application/json"
 class NoticeView(Protocol):
     """What the routes read: the open notice of a node and the notices kept."""
 
-    def current(self, node: str) -> Notice | None:
+    def current(self, node: str) -> job_notices.Notice | None:
         """The node's open notice, or None."""
 
-    def all(self) -> list[Notice]:
+    def all(self) -> list[job_notices.Notice]:
         """Every notice kept, newest first."""
 
 
-def notice_body(node: str, notice: Notice | None) -> dict[str, Any]:
-    """GET /v1/node/notice's body: ``{"node", "notice": null | {...}}``."""
-    return {"node": node, "notice": notice.to_dict() if notice is not None else None}
+@dataclass(frozen=True, slots=True)
+class NoticeJob:
+    """One job on a notice: whether and how it was told, whether it was requeued."""
+
+    job_id: str
+    name: str
+    user: str
+    signal: Annotated[
+        str, Meta(description="how it was told: USR1 (Slurm), annotation (Kubernetes); empty: not")
+    ]
+    signaled_at: float | None
+    signaled: Annotated[str, Meta(description="done, gone, refused: ..., unknown: ...")]
+    requeued_at: float | None
+    requeued: Annotated[
+        str, Meta(description="done, gone, refused: ..., blocked: ... (asked again)")
+    ]
+
+    @classmethod
+    def of(cls, j: job_notices.JobNote) -> NoticeJob:
+        """A job note as the API shows it."""
+        return cls(
+            j.job_id, j.name, j.user, j.signal, j.signal_started_at, j.signaled,
+            j.requeued_at, j.requeued,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A drain or exclusion's notice to the jobs of one node, as the API shows it."""
+
+    key: Annotated[str, Meta(description="the decision's key")]
+    node: str
+    action: Action
+    reason: str
+    domain: str
+    noticed_at: float
+    checkpoint_by: Annotated[float, Meta(description="Unix time: requeue after this")]
+    told_at: float | None
+    closed_at: float | None
+    closed: Annotated[str, Meta(description="requeued, resumed before the deadline")]
+    error: Annotated[
+        str, Meta(description="why the last step failed and is being retried; empty: none")
+    ]
+    jobs: list[NoticeJob]
+
+    @classmethod
+    def of(cls, n: job_notices.Notice) -> Notice:
+        """A notice as the API (and the ``notice`` event) shows it."""
+        return cls(
+            n.key, n.node, n.action, n.reason, n.domain, n.noticed_at, n.deadline, n.told_at,
+            n.closed_at, n.closed, n.error, [NoticeJob.of(j) for j in n.jobs.values()],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class NodeNotice:
+    """GET /v1/node/notice: this node's open notice, or null."""
+
+    node: str
+    notice: Notice | None
+
+
+@dataclass(frozen=True, slots=True)
+class Notices:
+    """GET /v1/notices: the notices kept, newest first."""
+
+    notices: list[Notice]
 
 
 def add_notice_routes(
@@ -42,79 +109,21 @@ def add_notice_routes(
 
     async def node_notice(request: web.Request) -> web.Response:
         node, v = view()
-        body = notice_body(node, v.current(node) if v is not None else None)
-        return web.Response(body=orjson.dumps(body), content_type=JSON)
+        current = v.current(node) if v is not None else None
+        body = NodeNotice(node, Notice.of(current) if current is not None else None)
+        return web.Response(body=encode(body), content_type=JSON)
 
     async def notices(request: web.Request) -> web.Response:
         _, v = view()
-        body = {"notices": [n.to_dict() for n in v.all()] if v is not None else []}
-        return web.Response(body=orjson.dumps(body), content_type=JSON)
+        body = Notices([Notice.of(n) for n in v.all()] if v is not None else [])
+        return web.Response(body=encode(body), content_type=JSON)
 
     app.router.add_get("/v1/node/notice", node_notice)
     app.router.add_get("/v1/notices", notices)
 
 
-_NUM_OR_NULL = {"type": ["number", "null"]}
-_STR = {"type": "string"}
-
-NOTICE_SCHEMAS: dict[str, Any] = {
-    "NoticeJob": {
-        "type": "object",
-        "required": ["job_id", "signal", "signaled_at", "signaled", "requeued_at", "requeued"],
-        "properties": {
-            "job_id": _STR,
-            "name": _STR,
-            "user": _STR,
-            "signal": {
-                "type": "string",
-                "description": "how it was told: USR1 (Slurm), annotation (Kubernetes); empty: not",
-            },
-            "signaled_at": _NUM_OR_NULL,
-            "signaled": {"type": "string", "description": "done, gone, refused: ..., unknown: ..."},
-            "requeued_at": _NUM_OR_NULL,
-            "requeued": {
-                "type": "string",
-                "description": "done, gone, refused: ..., blocked: ... (asked again)",
-            },
-        },
-    },
-    "Notice": {
-        "type": "object",
-        "required": ["key", "node", "action", "reason", "domain", "checkpoint_by", "jobs"],
-        "properties": {
-            "key": {"type": "string", "description": "the decision's key"},
-            "node": _STR,
-            "action": {"enum": ["drain", "exclude"]},
-            "reason": _STR,
-            "domain": _STR,
-            "noticed_at": {"type": "number"},
-            "checkpoint_by": {"type": "number", "description": "Unix time: requeue after this"},
-            "told_at": _NUM_OR_NULL,
-            "closed_at": _NUM_OR_NULL,
-            "closed": {"type": "string", "description": "requeued, resumed before the deadline"},
-            "error": {
-                "type": "string",
-                "description": "why the last step failed and is being retried; empty: none",
-            },
-            "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/NoticeJob"}},
-        },
-    },
-    "NodeNotice": {
-        "type": "object",
-        "required": ["node", "notice"],
-        "properties": {
-            "node": _STR,
-            "notice": {"oneOf": [{"$ref": "#/components/schemas/Notice"}, {"type": "null"}]},
-        },
-    },
-    "Notices": {
-        "type": "object",
-        "required": ["notices"],
-        "properties": {
-            "notices": {"type": "array", "items": {"$ref": "#/components/schemas/Notice"}}
-        },
-    },
-}
+NOTICE_BODIES: tuple[type, ...] = (NodeNotice, Notices)
+NOTICE_SCHEMAS: dict[str, Any] = body_schemas(NOTICE_BODIES)
 
 
 def _ok(schema: str, description: str) -> dict[str, Any]:

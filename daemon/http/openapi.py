@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.http.notice import NOTICE_PATHS, NOTICE_SCHEMAS
-from policies.codec import schema_components
-from policies.model import Assessment, Decision
+from daemon.delivery.overrides import OverrideRequest
+from daemon.http import bodies
+from daemon.http.bodies import body_schemas, request_schemas
+from daemon.http.events import EVENT_DATA
+from daemon.http.notice import NOTICE_BODIES, NOTICE_PATHS, NOTICE_SCHEMAS
 
-_NUM_OR_NULL = {"type": ["number", "null"]}
 _STR = {"type": "string"}
 
 
@@ -25,201 +26,30 @@ _ERRORS = {
     "default": _json(_ref("Error"), "error"),
 }
 
-# The model's components (Decision, Assessment and the enums they use) are derived
-# from its dataclasses; the rest are the API's own bodies.
+# Every body's component is derived from its dataclass (daemon/http/bodies.py),
+# and with them the model's (Decision, Assessment and the enums they use).
+RESPONSE_BODIES: tuple[type, ...] = (
+    bodies.Error,
+    bodies.Series,
+    bodies.State,
+    bodies.Assessments,
+    bodies.LogItem,
+    bodies.DecisionLog,
+    bodies.Outbox,
+    bodies.Overrides,
+    bodies.OverrideResult,
+    bodies.Ready,
+    bodies.Health,
+)
+
+EVENT_BODIES: tuple[type, ...] = tuple(EVENT_DATA.values())
+REQUEST_BODIES: tuple[type, ...] = (OverrideRequest,)
+# Every model the document describes (the tests check each against its schema).
+MODELS: tuple[type, ...] = RESPONSE_BODIES + NOTICE_BODIES + EVENT_BODIES + REQUEST_BODIES
+
 SCHEMAS: dict[str, Any] = {
-    **schema_components((Decision, Assessment)),
-    "Error": {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {"code": _STR, "message": _STR},
-            }
-        },
-    },
-    "Series": {
-        "type": "object",
-        "required": ["key", "source", "sensor", "kind", "value", "unit", "quality", "age_s"],
-        "properties": {
-            "key": _STR,
-            "source": _STR,
-            "sensor": _STR,
-            "kind": _STR,
-            "value": _NUM_OR_NULL,
-            "unit": _STR,
-            "quality": {"enum": ["good", "uncertain", "bad", "absent"]},
-            "stale": {
-                "type": "boolean",
-                "description": "older than the policy's stale limit: shown bad, without value",
-            },
-            "reason": _STR,
-            "age_s": {"type": "number"},
-            "device_ts": _NUM_OR_NULL,
-            "server_ts": _NUM_OR_NULL,
-            "labels": {"type": "object", "additionalProperties": _STR},
-        },
-    },
-    "State": {
-        "type": "object",
-        "required": ["as_of", "node", "rack", "condition", "sources", "series", "simulated"],
-        "properties": {
-            "as_of": {"type": "number", "description": "when the ages were computed (Unix s)"},
-            "simulated": {
-                "type": "boolean",
-                "description": "true when the GPUs are a simulation (demo, tests), never a node",
-            },
-            "node": _STR,
-            "rack": _STR,
-            "condition": _STR,
-            "assessment": {"oneOf": [_ref("Assessment"), {"type": "null"}]},
-            "sources": {
-                "type": "object",
-                "additionalProperties": {
-                    "type": "object",
-                    "required": ["health"],
-                    "properties": {
-                        "health": {"enum": ["starting", "up", "degraded", "down"]},
-                        "last_error": _STR,
-                        "attempts": {"type": "integer"},
-                        "failures": {"type": "integer"},
-                        "skipped_ticks": {"type": "integer"},
-                    },
-                },
-            },
-            "series": {"type": "array", "items": _ref("Series")},
-        },
-    },
-    "Assessments": {
-        "type": "object",
-        "required": ["node", "gpus", "rack"],
-        "properties": {
-            "at": _NUM_OR_NULL,
-            "node": {"oneOf": [_ref("Assessment"), {"type": "null"}]},
-            "gpus": {"type": "array", "items": _ref("Assessment")},
-            "rack": {"oneOf": [_ref("Assessment"), {"type": "null"}]},
-            "note": _STR,
-        },
-    },
-    "LogItem": {
-        "type": "object",
-        "required": ["kind", "id", "at", "node", "action"],
-        "properties": {
-            "kind": {"enum": ["decision", "override"]},
-            "id": {"type": "integer"},
-            "at": {"type": "number"},
-            "node": _STR,
-            "action": _STR,
-            "decision": _ref("Decision"),
-            "delivery": {
-                "type": "object",
-                "properties": {
-                    "status": {"enum": ["pending", "confirmed", "superseded", "skipped", "failed"]},
-                    "attempts": {"type": "integer"},
-                    "last_error": _STR,
-                    "outcome": _STR,
-                    "origin": _STR,
-                    "done_at": _NUM_OR_NULL,
-                },
-            },
-            "actor": _STR,
-            "override": {"type": "object"},
-        },
-    },
-    "DecisionLog": {
-        "type": "object",
-        "required": ["items", "next_cursor"],
-        "properties": {
-            "items": {"type": "array", "items": _ref("LogItem")},
-            "next_cursor": {"type": ["string", "null"]},
-        },
-    },
-    "Outbox": {
-        "type": "object",
-        "required": ["pending", "items"],
-        "properties": {
-            "pending": {"type": "integer"},
-            # The scheduler's refusal an operator must fix (auth, not found), or null.
-            "refusal": {"type": ["string", "null"]},
-            "items": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["seq", "decision", "attempts", "last_error"],
-                    "properties": {
-                        "seq": {"type": "integer"},
-                        "decision": _ref("Decision"),
-                        "attempts": {"type": "integer"},
-                        "last_error": _STR,
-                        "queued_at": {"type": "number"},
-                        "origin": _STR,
-                        "durable": {"type": "boolean"},
-                    },
-                },
-            },
-        },
-    },
-    "Overrides": {
-        "type": "object",
-        "required": ["pins", "predictive_paused"],
-        "properties": {
-            "pins": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["node", "pin", "reason"],
-                    "properties": {
-                        "node": _STR,
-                        "pin": {"enum": ["never_drain", "excluded"]},
-                        "reason": _STR,
-                    },
-                },
-            },
-            "predictive_paused": {"type": "boolean"},
-            "paused_reason": _STR,
-        },
-    },
-    "OverrideRequest": {
-        "type": "object",
-        "required": ["action", "reason"],
-        "additionalProperties": False,
-        "properties": {
-            "action": {
-                "enum": ["pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm"]
-            },
-            "node": _STR,
-            "pin": {"enum": ["never_drain", "excluded"]},
-            "reason": {"type": "string", "minLength": 1, "maxLength": 256},
-            "actor": {"type": "string", "maxLength": 256},
-        },
-    },
-    "OverrideResult": {
-        "type": "object",
-        "required": ["applied", "overrides"],
-        "properties": {"applied": {"type": "object"}, "overrides": _ref("Overrides")},
-    },
-    "Ready": {
-        "type": "object",
-        "required": ["ready", "sources", "outbox", "problems", "simulated"],
-        "properties": {
-            "ready": {"type": "boolean"},
-            "simulated": {"type": "boolean"},
-            "sources": {"type": "object", "additionalProperties": {"type": "boolean"}},
-            "outbox": {
-                "type": "object",
-                "properties": {"writable": {"type": "boolean"}, "error": _STR},
-            },
-            # Why not ready: the disk refusing or stalling, a refusal by the scheduler.
-            "problems": {"type": "array", "items": _STR},
-        },
-    },
-    "Health": {
-        "type": "object",
-        "required": ["status"],
-        "properties": {"status": {"const": "ok"}},
-    },
+    **body_schemas(RESPONSE_BODIES + EVENT_BODIES),
+    **request_schemas(REQUEST_BODIES),
 }
 
 _QUERY = {
@@ -327,7 +157,12 @@ OPENAPI: dict[str, Any] = {
                 "summary": "Server-Sent Events: assessment, decision, delivery, override, notice",
                 "parameters": [{"name": "Last-Event-ID", "in": "header", "schema": _STR}],
                 "responses": {
-                    "200": {"description": "event stream", "content": {"text/event-stream": {}}},
+                    "200": {
+                        "description": "event stream",
+                        "content": {"text/event-stream": {}},
+                        # Each frame's ``event:`` and the schema of its ``data:``.
+                        "x-events": {kind: _ref(t.__name__) for kind, t in EVENT_DATA.items()},
+                    },
                     "503": _json(_ref("Error"), "too many streams open; retry later"),
                     **_ERRORS,
                 },

@@ -23,7 +23,6 @@ from aiohttp import web
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.base import ReadableSink
-from adapters.schedulers.decision_json import assessment_to_dict, decision_to_dict
 from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.config import Config, read_secret
@@ -32,12 +31,13 @@ from daemon.config.sources import SourceTiming
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices
 from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
-from daemon.delivery.overrides import OverrideRequest, OverrideStore
+from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_job_notices, build_sink
 from daemon.http.api import ApiContext, make_app
-from daemon.http.events import EventHub
+from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
+from daemon.http.notice import Notice
 from daemon.replay.recorder import TraceRecorder
 from daemon.service.build import build_adapters, first_connect
 from daemon.service.engine import PolicyEngine
@@ -147,7 +147,7 @@ class Daemon:
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
         if self.notices is not None:
-            self.notices.on_change = lambda n: self.events.publish("notice", n.to_dict())
+            self.notices.on_change = lambda n: self.events.publish("notice", Notice.of(n))
         self.overrides = OverrideStore(self.decisions)
         self.engine.overrides = self.overrides.to_policy()
         self.api_token = read_secret(config.api.token_file) if config.api.token_file else None
@@ -223,23 +223,14 @@ class Daemon:
     def _on_decision(self, decision: Decision) -> None:
         self.metrics.count_decision(decision)
         self.decisions.submit(decision)  # durable (or held in memory) before it is sent
-        self.events.publish("decision", decision_to_dict(decision))
+        self.events.publish("decision", decision)
 
     def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
         if self.notices is not None:
             self.notices.settled(decision, status, outcome)  # may open a job notice
-        self.events.publish(
-            "delivery",
-            {
-                "node": decision.node,
-                "action": decision.action.value,
-                "key": decision.key,
-                "status": status.value,
-                "outcome": outcome,
-            },
-        )
+        self.events.publish("delivery", delivery_event(decision, status, outcome))
 
-    async def apply_override(self, req: OverrideRequest) -> dict[str, Any]:
+    async def apply_override(self, req: OverrideRequest) -> AuditEntry:
         """Apply an operator override (validated by the API), audit it and tell the policy."""
         entry = await self.overrides.apply(req)
         self.engine.overrides = self.overrides.to_policy()
@@ -382,7 +373,7 @@ class Daemon:
                 key = (a.condition, a.domain, ttt, a.detail)
                 if key != last:
                     last = key
-                    self.events.publish("assessment", assessment_to_dict(a))
+                    self.events.publish("assessment", a)
             await asyncio.sleep(self.config.policy.evaluate_interval_s)
 
     async def _shutdown(self, api: web.AppRunner) -> None:

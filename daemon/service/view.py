@@ -10,7 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
+
 from daemon.delivery.outbox import Pending
+from daemon.http.bodies import ClusterStatus, LogItem, OutboxHealth, Overrides, PinEntry, Ready
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
 from policies.model import Reading
@@ -54,7 +57,7 @@ class ServiceView:
         overrides: OverrideStore,
         events: EventHub,
         simulated: bool,
-        cluster: Callable[[], dict[str, Any] | None] = lambda: None,
+        cluster: Callable[[], ClusterStatus | None] = lambda: None,
         notices: JobNotices | None = None,
     ) -> None:
         self._config = config
@@ -160,28 +163,30 @@ class ServiceView:
         checks = self._decisions.health() + self._deliverer.health()
         return [reason for ok, reason in checks if not ok]
 
-    def readiness(self) -> dict[str, Any]:
+    def readiness(self) -> Ready:
         """The /readyz body: every source reported once, the store and delivery healthy."""
         sources = {s.name: s.reported for s in self.sources()}
         problems = self.problems()
         error = self.storage_error
-        body: dict[str, Any] = {
-            "ready": all(sources.values()) and not problems,
-            "sources": sources,
-            "outbox": {"writable": not error, "error": error},
-            "problems": problems,
-            "simulated": self.simulated,
-        }
         cluster = self._cluster()
-        if cluster is not None:
-            # Degraded coordination does not make the agent unready: it still protects its node.
-            body["cluster"] = cluster
-        return body
+        return Ready(
+            ready=all(sources.values()) and not problems,
+            sources=sources,
+            outbox=OutboxHealth(writable=not error, error=error),
+            problems=problems,
+            simulated=self.simulated,
+            cluster=UNSET if cluster is None else cluster,
+        )
 
-    async def decision_page(self, query: LogQuery) -> tuple[list[dict[str, Any]], str | None]:
+    async def decision_page(self, query: LogQuery) -> tuple[list[LogItem], str | None]:
         """One page of the decision log (read on the store's thread)."""
         return await self._decisions.query(lambda db: page(db, query))
 
-    def overrides(self) -> dict[str, Any]:
+    def overrides(self) -> Overrides:
         """The operator overrides in force."""
-        return self._overrides.current()
+        o = self._overrides
+        return Overrides(
+            pins=[PinEntry(node, pin, reason) for node, (pin, reason) in sorted(o.pins.items())],
+            predictive_paused=o.paused[0],
+            paused_reason=o.paused[1],
+        )

@@ -19,6 +19,7 @@ from policies.model import (
     SensorKind,
 )
 from policies.trace import TraceError, encode_header, encode_reading, parse
+from tests.support.schemas import assert_fields_in_schema
 
 MODELS = (Reading, Assessment, Decision)
 
@@ -27,10 +28,7 @@ MODELS = (Reading, Assessment, Decision)
 def test_every_field_of_a_model_is_in_its_schema(model: type) -> None:
     schema = schema_components(MODELS)[model.__name__]
     sent = [f for f in field_names(model) if f not in WIRE_OMITS.get(model, ())]
-    assert sent, model
-    missing = [f for f in sent if f not in schema["properties"]]
-    assert not missing, f"{model.__name__}: fields missing from the schema: {missing}"
-    assert set(schema["required"]) == set(sent)
+    assert_fields_in_schema(model.__name__, sent, schema, sent)
 
 
 def test_a_decision_and_its_evidence_share_one_domain_enum() -> None:

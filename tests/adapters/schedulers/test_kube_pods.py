@@ -38,6 +38,8 @@ from adapters.schedulers.kubernetes import KubeClient, KubernetesSink, connectio
 from daemon.delivery.deliverer import REFUSED_SLOWDOWN, wait_or_wake
 from daemon.delivery.notices import JobNotices, Notice, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
+from daemon.http.bodies import to_wire
+from daemon.http.notice import Notice as NoticeBody
 from fakes.kube_api import Budget, FakeKubeApi
 from policies.model import Action
 from tests.support.delivery import decision
@@ -350,7 +352,8 @@ async def test_a_forbidden_eviction_is_logged_visible_and_asked_again_slowly(
         n = r.notice()
         assert n.retry_at - clock.now == GRACE.retry_initial_s * REFUSED_SLOWDOWN
         assert "HTTP 403" in n.error and '"pods/eviction"' in n.error
-        assert n.to_dict()["error"] == n.error  # on /v1/node/notice and the SSE event
+        # On /v1/node/notice and the SSE event:
+        assert to_wire(NoticeBody.of(n))["error"] == n.error
         errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR]
         assert len(errors) == 1 and "403" in errors[0].getMessage()
         api.forbid = set()  # the operator fixes the ClusterRole

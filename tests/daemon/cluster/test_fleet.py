@@ -122,7 +122,7 @@ async def test_etcd_away_degrades_without_blocking_and_recovers(prefix: str) -> 
             assert await fleet.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
             assert time.monotonic() - started < 5.0  # bounded by the claim timeout, no hang
             await wait_until(lambda: fleet.degraded, timeout=10, what="degraded")
-            assert fleet.status()["degraded"] is True and fleet.etcd.failures >= 1
+            assert fleet.status().degraded is True and fleet.etcd.failures >= 1
             assert (
                 await fleet.admit(outcome("a1", Action.EXCLUDE, FaultDomain.GPU, critical=True))
                 == ""

@@ -17,7 +17,7 @@ from daemon.http.openapi import OPENAPI
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.daemon_harness import running_daemon
-from tests.support.openapi import check
+from tests.support.openapi import check, check_response
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
@@ -128,6 +128,11 @@ async def test_endpoints_match_the_openapi_document(
         drain = next(i for i in log["items"] if i["kind"] == "decision")
         assert drain["delivery"]["status"] == "confirmed"
         check("Overrides", await get(http, f"{base}/v1/overrides"))
+        # The notice routes, with no job notices on a webhook scheduler.
+        for path in ("/v1/node/notice", "/v1/notices"):
+            check_response(path, "GET", 200, await get(http, f"{base}{path}"))
+        err = await get(http, f"{base}/v1/events?last_event_id=x", status=400)
+        check_response("/v1/events", "GET", 400, err)
 
 
 async def test_decision_log_pages_and_filters(

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.daemon_harness import SIMULATED_RACKGUARD, config_text
+from tests.support.openapi import check
 from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
 
@@ -31,6 +32,10 @@ PATHS = [
     "/v1/outbox",
     "/v1/events",
     "/v1/overrides",
+    "/v1/node/notice",
+    "/v1/notices",
+    "/",
+    "/static/page.js",
 ]
 PARAMS = ["node", "action", "kind", "since", "until", "limit", "cursor", "last_event_id"]
 EXAMPLES = 2200
@@ -127,6 +132,9 @@ def request(
     try:
         conn.request(method, target, body=body, headers=headers)
         resp = conn.getresponse()  # headers only: an event stream is not read to its end
+        json = resp.getheader("Content-Type", "").startswith("application/json")
+        if resp.status >= 400 and json and method != "HEAD":
+            check("Error", orjson.loads(resp.read()))  # every refusal in the one error shape
         return resp.status
     finally:
         conn.close()

@@ -23,6 +23,7 @@ from tests.support.delivery import decision
 from tests.support.openapi import check
 from tests.support.paths import ROOT
 from tests.support.scripted_jobs import ScriptedJobs
+from tests.support.serving import serving as serve_app
 from tests.support.wait import wait_until
 
 DOC = ROOT / "docs" / "schedulers.md"
@@ -41,14 +42,8 @@ def snippet() -> str:
 async def serving(notices: JobNotices | None) -> AsyncIterator[str]:
     app = web.Application()
     add_notice_routes(app, lambda: ("gpu01", notices))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as url:
+        yield url
 
 
 async def run_snippet(url: str, tmp_path: Path) -> str:

@@ -81,7 +81,7 @@ async def test_a_new_source_that_cannot_connect_refuses_the_whole_reload(
     assert not any("reloaded" in r.getMessage() for r in caplog.records)
     polls = old.stats.attempts
     await wait_until(lambda: old.stats.attempts > polls + 2, what="the old runner keeps polling")
-    assert daemon.view.readiness()["ready"]
+    assert daemon.view.readiness().ready
 
 
 async def test_a_changed_source_that_cannot_start_keeps_the_old_one_polling(
