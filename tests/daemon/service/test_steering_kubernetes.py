@@ -1,0 +1,239 @@
+"""Steering as a Kubernetes node label, against the fake API server over HTTP.
+
+The label follows the headroom's bucket, at most once per interval and with
+hysteresis; a label someone else changed is left alone (and said once); the
+original is restored when steering is disabled; a drained node, a busy outbox
+and an untrusted estimate write nothing; what rackguard wrote survives a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.schedulers.kubernetes import KubernetesSink, connection
+from daemon.delivery.outbox import DecisionStore
+from daemon.service.steering import Steering
+from fakes.kube_api import FakeKubeApi
+from tests.support.openapi import check
+from tests.support.secrets import write_secret
+from tests.support.steering import Knobs, steering
+
+LABEL = "rackguard.io/thermal-headroom"
+NODE = "node-a"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeKubeApi]:
+    fake = FakeKubeApi()
+    fake.add_node(NODE)
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def sink(api: FakeKubeApi, tmp_path: Path) -> AsyncIterator[KubernetesSink]:
+    token = tmp_path / "token"
+    write_secret(token, "test-token\n")
+    s = KubernetesSink(connection(api_url=api.url, token_file=token))
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[DecisionStore]:
+    s = DecisionStore(tmp_path / "outbox.sqlite3")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def knobs() -> Knobs:
+    return Knobs()
+
+
+@pytest.fixture
+def steer(sink: KubernetesSink, store: DecisionStore, knobs: Knobs) -> Steering:
+    return steering(NODE, sink, store, knobs)
+
+
+def label(api: FakeKubeApi) -> str | None:
+    value = api.nodes[NODE]["metadata"].get("labels", {}).get(LABEL)
+    return str(value) if value is not None else None
+
+
+def label_patches(api: FakeKubeApi) -> int:
+    return sum(1 for _, _, body in api.patches if LABEL.replace("/", "~1") in str(body))
+
+
+async def test_the_label_follows_the_bucket_once_per_interval(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    knobs.margin(17.0)
+    await steer.step()
+    assert label(api) == "3" and steer.state == "steered"
+    # Less headroom at once: no second write within min_interval_s.
+    knobs.later(60)
+    knobs.margin(7.0)
+    await steer.step()
+    assert label(api) == "3" and steer.state == "rate_limited"
+    knobs.later(300)
+    await steer.step()
+    assert label(api) == "1" and label_patches(api) == 2
+    assert steer.writes["written"] == 2
+
+
+async def test_a_margin_at_an_edge_does_not_flap(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    knobs.margin(10.2)  # bucket 2 (10 to 15)
+    await steer.step()
+    assert label(api) == "2"
+    for margin in (9.6, 10.4, 9.2, 10.9, 9.1):  # within the 1 C hysteresis of the edge
+        knobs.later(400)
+        knobs.margin(margin)
+        await steer.step()
+        assert label(api) == "2", margin
+    knobs.later(400)
+    knobs.margin(8.9)  # past it
+    await steer.step()
+    assert label(api) == "1" and label_patches(api) == 2
+    for margin in (10.1, 10.9):  # up again: past the edge, not past it by the hysteresis
+        knobs.later(400)
+        knobs.margin(margin)
+        await steer.step()
+        assert label(api) == "1", margin
+    knobs.later(400)
+    knobs.margin(11.1)
+    await steer.step()
+    assert label(api) == "2" and label_patches(api) == 3
+
+
+async def test_a_label_changed_by_someone_else_is_left_alone_and_said_once(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs, caplog: pytest.LogCaptureFixture
+) -> None:
+    knobs.margin(17.0)
+    await steer.step()
+    api.edit_node(NODE, {"metadata": {"labels": {LABEL: "pinned-by-ops"}}})
+    caplog.set_level(logging.WARNING)
+    for _ in range(3):
+        knobs.later(400)
+        knobs.margin(3.0)
+        await steer.step()
+    assert label(api) == "pinned-by-ops"
+    assert steer.state == "foreign" and "someone else" in steer.detail
+    warned = [r for r in caplog.records if "someone else" in r.getMessage()]
+    assert len(warned) == 1 and NODE in warned[0].getMessage()
+    status = steer.status_dict()
+    check("SteeringStatus", status)
+    assert status["state"] == "foreign" and status["value"] == "pinned-by-ops"
+    # Set back to the original (absent): rackguard's to steer again.
+    api.edit_node(NODE, {"metadata": {"labels": {LABEL: None}}})
+    knobs.later(400)
+    await steer.step()
+    assert label(api) == "0" and steer.state == "steered"
+
+
+async def test_a_change_between_read_and_write_is_not_overwritten(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    knobs.margin(17.0)
+    await steer.step()
+    knobs.later(400)
+    knobs.margin(3.0)
+    api.race_next_patch = 1  # another controller changes the node just before our PATCH
+    await steer.step()
+    # The JSON Patch tested the label, not the whole node: an unrelated change does not
+    # stop it; the value rackguard expected was still there.
+    assert label(api) == "0"
+    # Now someone relabels the node between rackguard's read and its PATCH.
+    knobs.later(400)
+    knobs.margin(17.0)
+    api.before_next_patch = lambda name: api.edit_node(
+        name, {"metadata": {"labels": {LABEL: "ops"}}}
+    )
+    await steer.step()
+    assert label(api) == "ops" and steer.state == "foreign"
+
+
+async def test_disabled_restores_the_original(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    api.edit_node(NODE, {"metadata": {"labels": {LABEL: "legacy"}}})
+    knobs.margin(17.0)
+    await steer.step()
+    assert label(api) == "3"
+    knobs.set(enabled=False)
+    await steer.step()
+    assert label(api) == "legacy" and steer.row is None and steer.writes["restored"] == 1
+    await steer.step()  # nothing left to restore
+    assert label(api) == "legacy" and steer.state == "disabled"
+
+
+async def test_disabled_removes_a_label_that_was_absent(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    knobs.margin(12.0)
+    await steer.step()
+    assert label(api) == "2"
+    knobs.set(enabled=False)
+    await steer.step()
+    assert LABEL not in api.nodes[NODE]["metadata"]["labels"]
+
+
+async def test_untrusted_held_or_busy_writes_nothing(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    knobs.margin(17.0, trusted=False)
+    await steer.step()
+    assert steer.state == "untrusted" and "3 of 4" in steer.detail
+    knobs.margin(17.0)
+    knobs.held = True
+    await steer.step()
+    assert steer.state == "held"
+    knobs.held, knobs.busy = False, True
+    await steer.step()
+    assert steer.state == "waiting"
+    assert label(api) is None and api.patches == []
+
+
+async def test_what_was_written_survives_a_restart(
+    api: FakeKubeApi, sink: KubernetesSink, tmp_path: Path, knobs: Knobs
+) -> None:
+    store = DecisionStore(tmp_path / "o.sqlite3")
+    first = steering(NODE, sink, store, knobs)
+    api.edit_node(NODE, {"metadata": {"labels": {LABEL: "legacy"}}})
+    knobs.margin(17.0)
+    await first.step()
+    store.close()
+    store = DecisionStore(tmp_path / "o.sqlite3")
+    try:
+        again = steering(NODE, sink, store, knobs)
+        assert again.row is not None and again.row.original == "legacy"
+        assert again.row.written == "3" and again.row.bucket == 3
+        # Its own value is not "someone else's", and disabling still restores.
+        knobs.set(enabled=False)
+        await again.step()
+        assert label(api) == "legacy"
+    finally:
+        store.close()
+
+
+async def test_an_unreachable_api_is_logged_once_and_retried(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs, caplog: pytest.LogCaptureFixture
+) -> None:
+    knobs.margin(17.0)
+    api.token = "rotated"  # every request is now 401
+    caplog.set_level(logging.DEBUG)
+    await steer.step()
+    await steer.step()
+    assert steer.state == "failed" and steer.writes["failed"] == 2
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "steering" in r.msg]
+    assert len(warned) == 1
+    api.token = "test-token"
+    await steer.step()
+    assert label(api) == "3" and steer.state == "steered"
