@@ -12,13 +12,17 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
+import yaml
 
 from adapters.schedulers.kubernetes import KubernetesSink, connection
+from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
 from daemon.service.steering import Steering
 from fakes.kube_api import FakeKubeApi
 from tests.support.openapi import check
+from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
 from tests.support.steering import Knobs, steering
 
@@ -237,3 +241,19 @@ async def test_an_unreachable_api_is_logged_once_and_retried(
     api.token = "test-token"
     await steer.step()
     assert label(api) == "3" and steer.state == "steered"
+
+
+def test_the_documented_affinity_is_a_valid_pod_on_the_label() -> None:
+    """docs/schedulers.md's example: a Pod Kubernetes accepts, preferring rackguard's buckets."""
+    text = (ROOT / "docs" / "schedulers.md").read_text()
+    block = text.split("<!-- steering-affinity -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    pod = yaml.safe_load(block)
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    prefs = pod["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    buckets = {str(b) for b in range(len(SteeringConfig().edges_c) + 1)}
+    for pref in prefs:
+        (expr,) = pref["preference"]["matchExpressions"]
+        assert expr["key"] == SteeringConfig().label_key
+        assert set(expr["values"]) <= buckets
