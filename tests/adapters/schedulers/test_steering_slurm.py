@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from adapters.schedulers.slurm import SlurmSink
+from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.steering_slurm import parse_weight
 from daemon.delivery.outbox import DecisionStore
 from daemon.service.steering import Steering
@@ -32,9 +33,16 @@ def node(clean: Cluster) -> Iterator[Cluster]:
     clean.scontrol("update", f"NodeName={NODE}", "Weight=1", check=False)
 
 
-@pytest.fixture
-async def sink(node: Cluster) -> AsyncIterator[SlurmSink]:
-    s = SlurmSink(None, slurm_conf=node.conf, timeout_s=20.0)
+@pytest.fixture(params=["scontrol", "rest"])
+async def sink(node: Cluster, request: pytest.FixtureRequest) -> AsyncIterator[SlurmSink]:
+    # "rest": reads through slurmrestd (22.05 serves no node update: writes fall back
+    # to scontrol, as the decisions' do).
+    if request.param == "rest":
+        s = SlurmSink(
+            node.rest_url, token=JwtToken(node.token_file), slurm_conf=node.conf, timeout_s=20.0
+        )
+    else:
+        s = SlurmSink(None, slurm_conf=node.conf, timeout_s=20.0)
     yield s
     await s.close()
 
