@@ -1,9 +1,18 @@
-"""Drive daemon/service/steering.py by hand: a headroom, a clock and a config the test sets."""
+"""Drive daemon/service/steering.py by hand: a headroom, a clock and a config the test sets.
+
+A pytest plugin (tests/conftest.py loads it): ``knobs``, and ``steer``, the
+steering of the test module's ``NODE`` through the module's ``sink`` fixture,
+on an outbox of the test's own.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
 
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
@@ -50,3 +59,20 @@ def steering(node: str, sink: object, store: DecisionStore, knobs: Knobs) -> Ste
         busy=lambda: knobs.busy,
         wall=lambda: knobs.now,
     )
+
+
+@pytest.fixture
+def knobs() -> Knobs:
+    """Steering enabled with the default buckets, no headroom yet."""
+    return Knobs()
+
+
+@pytest.fixture
+def steer(request: pytest.FixtureRequest, tmp_path: Path, knobs: Knobs) -> Iterator[Steering]:
+    """Steering of the module's ``NODE`` through its ``sink`` fixture."""
+    sink = request.getfixturevalue("sink")
+    store = DecisionStore(tmp_path / "outbox.sqlite3")
+    try:
+        yield steering(request.module.NODE, sink, store, knobs)
+    finally:
+        store.close()

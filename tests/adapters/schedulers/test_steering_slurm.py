@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.steering_slurm import parse_weight
-from daemon.delivery.outbox import DecisionStore
 from daemon.service.steering import Steering
 from tests.support.slurm import Cluster
-from tests.support.steering import Knobs, steering
+from tests.support.steering import Knobs
 
-pytestmark = pytest.mark.slurm
+# "sink" named here so that its parameters (scontrol, rest) apply to every test.
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("sink")]
 
 NODE = "gpu03"
 
@@ -45,23 +44,6 @@ async def sink(node: Cluster, request: pytest.FixtureRequest) -> AsyncIterator[S
         s = SlurmSink(None, slurm_conf=node.conf, timeout_s=20.0)
     yield s
     await s.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[DecisionStore]:
-    s = DecisionStore(tmp_path / "outbox.sqlite3")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def knobs() -> Knobs:
-    return Knobs()
-
-
-@pytest.fixture
-def steer(sink: SlurmSink, store: DecisionStore, knobs: Knobs) -> Steering:
-    return steering(NODE, sink, store, knobs)
 
 
 def weight(cluster: Cluster) -> str | None:

@@ -4,7 +4,7 @@ original restored, and the weight of a node object in every shape."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +13,10 @@ import pytest
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.steering_slurm import rest_weight
-from daemon.delivery.outbox import DecisionStore
 from daemon.service.steering import Steering
 from fakes.slurmrestd import FakeSlurmrestd
 from tests.support.secrets import write_secret
-from tests.support.steering import Knobs, steering
+from tests.support.steering import Knobs
 
 NODE = "gpu02"
 
@@ -38,23 +37,6 @@ async def sink(fake: FakeSlurmrestd, tmp_path: Path) -> AsyncIterator[SlurmSink]
     s = SlurmSink(fake.url, token=JwtToken(token), scontrol=("/nonexistent/scontrol",))
     yield s
     await s.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[DecisionStore]:
-    s = DecisionStore(tmp_path / "outbox.sqlite3")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def knobs() -> Knobs:
-    return Knobs()
-
-
-@pytest.fixture
-def steer(sink: SlurmSink, store: DecisionStore, knobs: Knobs) -> Steering:
-    return steering(NODE, sink, store, knobs)
 
 
 async def test_the_weight_goes_through_the_rest_node_update(

@@ -9,7 +9,7 @@ and an untrusted estimate write nothing; what rackguard wrote survives a restart
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import kubernetes_validate
@@ -21,6 +21,7 @@ from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
 from daemon.service.steering import Steering
 from fakes.kube_api import FakeKubeApi
+from tests.support.faulty_disk import FlakyDisk
 from tests.support.openapi import check
 from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
@@ -46,23 +47,6 @@ async def sink(api: FakeKubeApi, tmp_path: Path) -> AsyncIterator[KubernetesSink
     s = KubernetesSink(connection(api_url=api.url, token_file=token))
     yield s
     await s.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[DecisionStore]:
-    s = DecisionStore(tmp_path / "outbox.sqlite3")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def knobs() -> Knobs:
-    return Knobs()
-
-
-@pytest.fixture
-def steer(sink: KubernetesSink, store: DecisionStore, knobs: Knobs) -> Steering:
-    return steering(NODE, sink, store, knobs)
 
 
 def label(api: FakeKubeApi) -> str | None:
@@ -257,3 +241,26 @@ def test_the_documented_affinity_is_a_valid_pod_on_the_label() -> None:
         (expr,) = pref["preference"]["matchExpressions"]
         assert expr["key"] == SteeringConfig().label_key
         assert set(expr["values"]) <= buckets
+
+
+async def test_no_write_while_the_disk_refuses_to_keep_the_original(
+    api: FakeKubeApi, sink: KubernetesSink, tmp_path: Path, knobs: Knobs
+) -> None:
+    """The original must be durable before the first write: a full disk writes nothing."""
+    store = DecisionStore(tmp_path / "o.sqlite3")
+    disk = FlakyDisk(store._db)
+    store._db = disk  # type: ignore[assignment]
+    try:
+        steer = steering(NODE, sink, store, knobs)
+        api.edit_node(NODE, {"metadata": {"labels": {LABEL: "legacy"}}})
+        knobs.margin(17.0)
+        disk.full = True
+        await steer.step()
+        assert label(api) == "legacy" and steer.state == "failed" and steer.row is None
+        assert "disk is full" in steer.detail
+        disk.full = False
+        await steer.step()
+        assert label(api) == "3" and steer.row is not None and steer.row.original == "legacy"
+    finally:
+        store._db = disk._db
+        store.close()
