@@ -65,7 +65,7 @@ class SteeringCollector:
         self.steering = steering
 
     def collect(self) -> Iterator[Metric]:
-        """Writes by result; the bucket (absent before the first write)."""
+        """Writes by result; the bucket in place (absent until one is)."""
         writes = CounterMetricFamily(
             "rackguard_steering_writes",
             "Steering writes of the node's Weight or label, by result (written, restored;"
@@ -75,10 +75,10 @@ class SteeringCollector:
         for result in RESULTS:
             writes.add_metric([result], self.steering.writes[result])
         yield writes
-        row = self.steering.row
-        if row is not None and row.bucket is not None:
+        bucket = self.steering.bucket
+        if bucket is not None:
             yield GaugeMetricFamily(
                 "rackguard_steering_bucket",
-                "The headroom bucket rackguard last published (0 = least headroom).",
-                value=row.bucket,
+                "The headroom bucket in place on the node (0 = least headroom).",
+                value=bucket,
             )

@@ -154,6 +154,7 @@ class Steering:
         self.state = "disabled"
         self.detail = ""
         self.value: str | None = None
+        self.bucket: int | None = self.row.bucket if self.row is not None else None
         self._read_at: float | None = None  # wall clock of the last read
         self._foreign_seen: str | None = None  # the foreign value warned about
         self._failing = False
@@ -209,9 +210,10 @@ class Steering:
             self._set("waiting", "a decision for this node is being delivered first")
             return
         row = self.row
-        bucket = steer_bucket(
-            h.margin_c, cfg.edges_c, row.bucket if row is not None else None, cfg.hysteresis_c
-        )
+        # The bucket in force: the one written (durable), else the one last seen in
+        # place (a node whose value already was the bucket's: nothing written yet).
+        held_bucket = row.bucket if row is not None else self.bucket
+        bucket = steer_bucket(h.margin_c, cfg.edges_c, held_bucket, cfg.hysteresis_c)
         want = self._value_of(cfg, bucket)
         now = self._wall()
         verify_due = self._read_at is None or now - self._read_at >= cfg.min_interval_s
@@ -229,6 +231,7 @@ class Steering:
             return
         self._back_to_ours()
         if current == want:
+            self.bucket = bucket
             if row is not None and row.bucket != bucket:
                 row.bucket = bucket
                 await self._save(row)
@@ -244,7 +247,7 @@ class Steering:
         self.row = row
         await self._setting.write(self.node, want, current)
         row.written, row.writing, row.written_at, row.bucket = want, None, now, bucket
-        self.value = want
+        self.value, self.bucket = want, bucket
         await self._save(row)
         self.writes["written"] += 1
         log.info(
@@ -297,6 +300,7 @@ class Steering:
             lambda db: db.execute("DELETE FROM steering WHERE node = ?", (self.node,))
         )
         self.row = None
+        self.bucket = None
         self._foreign_seen = None
         self._set("disabled", "")
 
@@ -355,7 +359,7 @@ class Steering:
             detail=self.detail,
             headroom_c=h.margin_c if h is not None else None,
             trusted=h.trusted if h is not None else False,
-            bucket=row.bucket if row is not None else None,
+            bucket=self.bucket,
             value=self.value,
             original=row.original if row is not None else None,
             written=row.written if row is not None else None,

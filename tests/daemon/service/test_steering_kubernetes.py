@@ -26,6 +26,7 @@ from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
+from daemon.http.steering import SteeringCollector
 from daemon.service.app import Daemon
 from daemon.service.steering import Steering
 from fakes.kube_api import FakeKubeApi
@@ -383,3 +384,25 @@ async def test_disabled_at_start_restores_what_rackguard_wrote(
         assert reopened.steering_at_open == []
     finally:
         reopened.close()
+
+
+async def test_a_value_already_in_place_is_not_written_and_is_reported(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    api.edit_node(NODE, {"metadata": {"labels": {LABEL: "3"}}})
+    knobs.margin(16.5)
+    await steer.step()
+    assert api.patches == [] and steer.row is None and steer.state == "steered"
+    metrics = {m.name: m for m in SteeringCollector(steer).collect()}
+    assert metrics["rackguard_steering_bucket"].samples[0].value == 3
+    assert {s.labels["result"]: s.value for s in metrics["rackguard_steering_writes"].samples} == {
+        "written": 0,
+        "restored": 0,
+        "foreign": 0,
+        "failed": 0,
+    }
+    # The bucket in place holds the hysteresis even with nothing written: 14.5 stays 3.
+    knobs.later(400)
+    knobs.margin(14.5)
+    await steer.step()
+    assert api.patches == [] and steer.status().bucket == 3
