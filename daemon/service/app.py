@@ -200,15 +200,15 @@ class Daemon:
                 log.warning("%s: steering is enabled but the scheduler has no node setting", node)
             return None
         setting, value_of = built
-        last = self.engine
+        engine = self.engine
         return Steering(
             node,
             setting,
             self.decisions,
             config=lambda: self.config.steering,
             value_of=value_of,
-            headroom=lambda: last.last.headroom if last.last is not None else None,
-            held=lambda: last.state.action is not Action.RESUME,
+            headroom=lambda: engine.last.headroom if engine.last is not None else None,
+            held=lambda: engine.state.action is not Action.RESUME,
             busy=lambda: node in self.decisions.busy_nodes(),
         )
 

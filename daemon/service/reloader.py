@@ -88,6 +88,8 @@ class Reloader:
         if old.steering.label_key != loaded.steering.label_key:
             log.warning("reload: steering.label_key changed; it takes effect at the next restart")
         steering = replace(loaded.steering, label_key=old.steering.label_key)
+        if steering.enabled and d.steering is None:
+            log.warning("reload: steering enabled, but the running scheduler has no node setting")
         new = Config(
             old.node,
             loaded.sources,

@@ -320,10 +320,13 @@ class Steering:
             f"the {self._target} is {what}: someone else changed it; left alone until it is"
             f" {row.original if row else '?'} (the original) or rackguard's value again"
         )
-        if self._foreign_seen != value or self.state != "foreign":
+        # Once per foreign value (a refused compare-and-set does not say the value).
+        seen = self._foreign_seen
+        if self.state != "foreign" or (value is not None and seen is not None and value != seen):
             self.writes["foreign"] += 1
             log.warning("%s: steering: %s", self.node, detail)
-        self._foreign_seen = value
+        if value is not None:
+            self._foreign_seen = value
         self._set("foreign", detail)
 
     def _back_to_ours(self) -> None:

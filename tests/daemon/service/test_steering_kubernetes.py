@@ -157,6 +157,9 @@ async def test_a_change_between_read_and_write_is_not_overwritten(
     )
     await steer.step()
     assert label(api) == "ops" and steer.state == "foreign"
+    knobs.later(400)
+    await steer.step()  # read back: the same change, not a second one
+    assert label(api) == "ops" and steer.writes["foreign"] == 1
 
 
 async def test_disabled_restores_the_original(
