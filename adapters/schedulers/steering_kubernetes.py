@@ -25,7 +25,7 @@ class KubeNodeLabel:
         self.target = f"kubernetes label {key}"
 
     async def _node(self, node: str) -> dict[str, Any]:
-        # The sink's GET (its connection, token and errors; same package).
+        # The sink's GET (its client, token and errors; same package).
         return await self._sink._get_node(node)
 
     async def read(self, node: str) -> str | None:
@@ -56,7 +56,7 @@ class KubeNodeLabel:
             ops.append({"op": "add", "path": path, "value": value})
         else:
             ops.append({"op": "add", "path": "/metadata/labels", "value": {self._key: value}})
-        status, body = await self._sink._call(
+        status, body = await self._sink.client.call(
             "PATCH", f"/api/v1/nodes/{quote(node, safe='')}", ops, content_type=JSON_PATCH
         )
         if status == 200:
