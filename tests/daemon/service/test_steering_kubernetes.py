@@ -26,6 +26,7 @@ from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
+from daemon.http.bodies import to_wire
 from daemon.http.steering import SteeringCollector
 from daemon.service.app import Daemon
 from daemon.service.steering import Steering
@@ -127,7 +128,7 @@ async def test_a_label_changed_by_someone_else_is_left_alone_and_said_once(
     assert steer.state == "foreign" and "someone else" in steer.detail
     warned = [r for r in caplog.records if "someone else" in r.getMessage()]
     assert len(warned) == 1 and NODE in warned[0].getMessage()
-    status = steer.status_dict()
+    status = to_wire(steer.status())
     check("SteeringStatus", status)
     assert status["state"] == "foreign" and status["value"] == "pinned-by-ops"
     # Set back to the original (absent): rackguard's to steer again.
@@ -342,8 +343,10 @@ async def test_the_daemon_steers_through_its_sink_and_reports_it(
         status, body = await get(daemon, "/v1/steering")
         assert status == 200
         data = orjson.loads(body)
-        check("SteeringStatus", data)
-        assert data["state"] == "untrusted" and data["target"] == f"kubernetes label {LABEL}"
+        check("NodeSteering", data)
+        assert data["node"] == NODE
+        state = data["steering"]
+        assert state["state"] == "untrusted" and state["target"] == f"kubernetes label {LABEL}"
         _, metrics = await get(daemon, "/metrics")
         assert 'rackguard_steering_writes_total{result="written"} 0.0' in metrics
         assert LABEL not in api.nodes[NODE]["metadata"]["labels"]
