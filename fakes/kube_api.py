@@ -21,8 +21,10 @@ It enforces the semantics a careless client gets wrong:
   "create pods/eviction", ...) is RBAC's 403 in the server's words.
 
 Fault controls: ``race_next_patch`` changes the node (adds a taint of its own)
-just before the next PATCH is applied, as another controller would; ``stop()``
-then ``start(port)`` is a server that goes away and comes back.
+just before the next PATCH is applied, as another controller would;
+``before_next_patch`` runs once, with the node's name, at the same point (a
+test's own change, e.g. an operator relabelling the node); ``stop()`` then
+``start(port)`` is a server that goes away and comes back.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import copy
 import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +195,7 @@ class FakeKubeApi:
     evictions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, status
     pod_patches: list[tuple[str, str, Any]] = field(default_factory=list)  # ns/pod, type, body
     race_next_patch: int = 0  # change the node before the next N patches
+    before_next_patch: Callable[[str], None] | None = None  # run once before the next patch
     forbid_patch: bool = False  # RBAC: the account may not patch nodes
     forbid: set[str] = field(default_factory=set)  # RBAC: "patch pods", "create pods/eviction"
     used: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) asked for
@@ -357,6 +360,9 @@ class FakeKubeApi:
         except orjson.JSONDecodeError:
             return _status(400, "BadRequest", "invalid JSON in patch")
         self.patches.append((name, ctype, body))
+        if self.before_next_patch is not None:
+            hook, self.before_next_patch = self.before_next_patch, None
+            hook(name)
         if self.race_next_patch > 0:
             self.race_next_patch -= 1
             taints = [*self.nodes[name]["spec"].get("taints", [])]

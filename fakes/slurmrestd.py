@@ -86,6 +86,7 @@ class FakeNode:
     not_responding_until: float = 0.0
     features: list[str] = field(default_factory=list)  # e.g. ["rack_a"]: the node's rack
     reason_changed_at: int = 0  # wall seconds; 0: never set
+    weight: int = 1  # the scheduling weight (slurm.conf Weight=, default 1)
 
     def states(self, now: float) -> list[str]:
         """Base state then flags, as v0.0.40+ report them."""
@@ -126,6 +127,20 @@ class Write:
 
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.lstrip("v").split("."))
+
+
+def _weight(raw: Any) -> int | str | None:
+    """A node update's weight: a uint32_no_val ({"set", "infinite", "number"}) or a bare
+    integer, as the data_parser takes either; None when absent, the problem as text."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        if raw.get("infinite") or not raw.get("set", True):
+            return "weight: an unset or infinite weight is not a node weight"
+        raw = raw.get("number")
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < 2**32 - 1:
+        return f"weight: expected an unsigned 32-bit integer, got {raw!r}"
+    return raw
 
 
 def _errors(*items: tuple[str, int, str]) -> dict[str, Any]:
@@ -287,6 +302,7 @@ class FakeSlurmrestd:
             "reason": node.reason,
             "reason_set_by_user": node.reason_set_by_user,
             "features": node.features,
+            "weight": node.weight,
         }
         if _version_tuple(version) >= (0, 0, 39):
             out["state"] = states
@@ -388,6 +404,9 @@ class FakeSlurmrestd:
             node = self.nodes[name]
             if "RESUME" in states and "DRAIN" not in node.flags and node.base != "DOWN":
                 return self._json(_errors(("Invalid node state specified", 2028, failure)), 500)
+        weight = _weight(body.get("weight"))
+        if isinstance(weight, str):
+            return self._json(_errors(("Unable to parse weight", 9202, weight)), 400)
         if self.drop_writes > 0:
             self.drop_writes -= 1
             return self._json({"errors": [], "warnings": []})
@@ -395,6 +414,8 @@ class FakeSlurmrestd:
         for name in names:
             node = self.nodes[name]
             before = node.held()
+            if weight is not None:
+                node.weight = weight
             for state in states:
                 if state == "DRAIN":
                     if "DRAIN" not in node.flags:

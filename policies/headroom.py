@@ -104,3 +104,29 @@ class ResistanceEstimator:
         lo_i = max(0, math.floor(n / 2.0 - half) - 1)
         hi_i = min(n - 1, math.ceil(n / 2.0 + half))
         return Resistance(median, ordered[lo_i], ordered[hi_i], n)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHeadroom:
+    """A node's headroom at full load: the least margin to slowdown any of its GPUs would
+    have at its enforced power limit (the conservative bound of its resistance), in C.
+
+    ``trusted`` only when every GPU of the node is read and has an estimate: the minimum
+    over some GPUs is no bound for the node.
+    """
+
+    margin_c: float | None = None
+    trusted: bool = False
+    estimated: int = 0  # GPUs with an estimate
+    gpus: int = 0  # GPUs seen
+
+    @classmethod
+    def of(cls, margins: list[float | None]) -> NodeHeadroom:
+        """From each GPU's full-load margin (None: not read, or no estimate yet)."""
+        known = [m for m in margins if m is not None]
+        return cls(
+            min(known) if known else None,
+            bool(margins) and len(known) == len(margins),
+            len(known),
+            len(margins),
+        )

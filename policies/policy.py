@@ -36,13 +36,14 @@ that evidence fresh.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
 from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.forecast import TimeToThreshold
+from policies.headroom import NodeHeadroom
 from policies.model import (
     REASON_PREFIX,
     Action,
@@ -109,6 +110,7 @@ class Outcome:
     note: str = ""  # why nothing happened when something might have (withheld, waiting)
     critical: bool = False  # the decision is a critical exclusion
     following: str = ""
+    headroom: NodeHeadroom = field(default_factory=NodeHeadroom)  # at full load, for steering
 
 
 class _Gpu(msgspec.Struct, frozen=True):
@@ -577,6 +579,7 @@ class Policy:
             note,
             critical=step.critical if step is not None else False,
             following=new_state.following if step is not None else "",
+            headroom=NodeHeadroom.of([g.full_load_margin for g in gpus]),
         )
 
     def _verdict(

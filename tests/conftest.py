@@ -11,6 +11,9 @@ import pytest
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.secrets import WEBHOOK_SECRET, write_secret
 
+# Fixtures shared by folders that have no conftest in common.
+pytest_plugins = ["tests.support.steering"]
+
 
 @pytest.fixture(autouse=True)
 async def no_leftover_tasks() -> AsyncIterator[None]:

@@ -15,10 +15,16 @@ from typing import Literal
 from daemon.config.cluster import ClusterConfig
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
-from daemon.config.scheduler import SchedulerConfig, SlurmSchedulerConfig, WebhookSchedulerConfig
+from daemon.config.scheduler import (
+    KubernetesSchedulerConfig,
+    SchedulerConfig,
+    SlurmSchedulerConfig,
+    WebhookSchedulerConfig,
+)
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.snmp import SnmpSourceConfig
 from daemon.config.sources import NvmlSourceConfig
+from daemon.config.steering import SteeringConfig
 from daemon.config.typed_toml import ConfigError, Problems, bounded, load_typed
 
 # One arm per source type (the `type` key picks it); add new types here.
@@ -35,6 +41,7 @@ __all__ = [
     "PolicyConfig",
     "SnmpSourceConfig",
     "SourceConfig",
+    "SteeringConfig",
     "WebhookSchedulerConfig",
     "load_config",
     "parse_config",
@@ -149,6 +156,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     scheduler: SchedulerConfig | None = None
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    steering: SteeringConfig = field(default_factory=SteeringConfig)
 
     def validate(self) -> Problems:
         """At least one source, with names usable in logs and metrics."""
@@ -166,6 +174,14 @@ class Config:
                 "scheduler.checkpoint_grace_s",
                 f"must be below policy.lead_time_s ({self.policy.lead_time_s:g}): the jobs "
                 "must be requeued before the forecast trouble arrives",
+            )
+        if self.steering.enabled and not isinstance(
+            sched, SlurmSchedulerConfig | KubernetesSchedulerConfig
+        ):
+            yield (
+                "steering.enabled",
+                "steering needs [scheduler] type 'slurm' (node Weight) or 'kubernetes'"
+                " (node label); set enabled = false",
             )
 
 

@@ -54,7 +54,7 @@ STALL_S = 5.0  # a write outstanding this long makes the store unhealthy
 READ_TIMEOUT_S = 3.0  # an API read waiting longer (behind a stalled write) gives up
 RETRY_S = 5.0  # how often rows held in memory are offered to a failing disk again
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -246,7 +246,22 @@ _TABLES_V2 = (
     PRIMARY KEY (notice, job_id)
 )""",
 )
-_OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs"}
+# Version 3: steering (daemon/service/steering.py). Per node, the scheduler's
+# setting before rackguard's first write (to restore), rackguard's last write and
+# one it started (a crash may have applied it): a value that is none of them was
+# set by someone else, and rackguard leaves it alone.
+_TABLES_V3 = (
+    """CREATE TABLE IF NOT EXISTS steering (
+    node TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    original TEXT,
+    written TEXT,
+    writing TEXT,
+    written_at REAL,
+    bucket INTEGER
+)""",
+)
+_OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs", "steering"}
 
 
 def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
@@ -261,10 +276,16 @@ def _migrate_1_to_2(db: sqlite3.Connection, tables: set[str]) -> None:
         db.execute(statement)
 
 
+def _migrate_2_to_3(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _TABLES_V3:
+        db.execute(statement)
+
+
 # MIGRATIONS[v] takes a database at version v to v + 1.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
     _migrate_0_to_1,
     _migrate_1_to_2,
+    _migrate_2_to_3,
 )
 
 _COLUMNS = (
@@ -538,6 +559,14 @@ class DecisionStore:
         self._stall_reported = False
         self.overrides_at_open: list[tuple[str, bytes]] = self._on_writer(
             lambda: list(self._db.execute("SELECT key, body FROM overrides"))
+        )
+        self.steering_at_open: list[tuple[Any, ...]] = self._on_writer(
+            lambda: list(
+                self._db.execute(
+                    "SELECT node, target, original, written, writing, written_at, bucket"
+                    " FROM steering"
+                )
+            )
         )
         log.info("outbox: %s", self.path if self.path != MEMORY else "in memory (not durable)")
         if self._pending:

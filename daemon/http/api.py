@@ -30,11 +30,13 @@ from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.http.notice import NoticeView, add_notice_routes
 from daemon.http.openapi import OPENAPI
 from daemon.http.page import add_page_routes
+from daemon.http.steering import add_steering_routes
 from policies.model import Condition, Quality, Reading
 from policies.tracking import gpu_kind
 
 if TYPE_CHECKING:
     from daemon.http.metrics import Metrics
+    from daemon.service.steering import SteeringStatus
     from daemon.service.view import ServiceView
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class ApiContext:
     max_event_streams: int
     # This node's name and its job notices (None where the scheduler has none).
     notices: Callable[[], tuple[str, NoticeView | None]] = lambda: ("", None)
+    # This node's name and its steering (None where the scheduler has no node setting).
+    steering: Callable[[], tuple[str, SteeringStatus | None]] = lambda: ("", None)
 
 
 class _Streams:
@@ -452,4 +456,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.router.add_post("/v1/overrides", post_overrides)
     add_page_routes(app)
     add_notice_routes(app, lambda: ctx.notices())  # noqa: PLW0108 (ctx may be uninitialised here)
+    add_steering_routes(app, lambda: ctx.steering())  # noqa: PLW0108 (as the notices')
     return app

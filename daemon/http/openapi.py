@@ -9,6 +9,7 @@ from daemon.http import bodies
 from daemon.http.bodies import body_schemas, request_schemas
 from daemon.http.events import EVENT_DATA
 from daemon.http.notice import NOTICE_BODIES, NOTICE_PATHS, NOTICE_SCHEMAS
+from daemon.http.steering import STEERING_BODIES, STEERING_PATHS, STEERING_SCHEMAS
 
 _STR = {"type": "string"}
 
@@ -45,7 +46,9 @@ RESPONSE_BODIES: tuple[type, ...] = (
 EVENT_BODIES: tuple[type, ...] = tuple(EVENT_DATA.values())
 REQUEST_BODIES: tuple[type, ...] = (OverrideRequest,)
 # Every model the document describes (the tests check each against its schema).
-MODELS: tuple[type, ...] = RESPONSE_BODIES + NOTICE_BODIES + EVENT_BODIES + REQUEST_BODIES
+MODELS: tuple[type, ...] = (
+    RESPONSE_BODIES + NOTICE_BODIES + STEERING_BODIES + EVENT_BODIES + REQUEST_BODIES
+)
 
 SCHEMAS: dict[str, Any] = {
     **body_schemas(RESPONSE_BODIES + EVENT_BODIES),
@@ -79,7 +82,7 @@ OPENAPI: dict[str, Any] = {
         "description": "Per-node thermal and power guard for GPU clusters.",
     },
     "components": {
-        "schemas": SCHEMAS | NOTICE_SCHEMAS,
+        "schemas": SCHEMAS | NOTICE_SCHEMAS | STEERING_SCHEMAS,
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     },
     "paths": {
@@ -189,5 +192,6 @@ OPENAPI: dict[str, Any] = {
             },
         },
         **NOTICE_PATHS,
+        **STEERING_PATHS,
     },
 }

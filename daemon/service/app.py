@@ -38,6 +38,7 @@ from daemon.http.api import ApiContext, make_app
 from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
+from daemon.http.steering import SteeringCollector
 from daemon.replay.recorder import TraceRecorder
 from daemon.service.build import build_adapters, first_connect
 from daemon.service.engine import PolicyEngine
@@ -48,6 +49,7 @@ from daemon.service.runner import SourceRunner
 from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
 from daemon.service.status import StatusReporter
+from daemon.service.steering import Steering, build_setting
 from daemon.service.view import ServiceView
 from policies.model import Action, Decision, FaultDomain, Reading
 
@@ -176,6 +178,9 @@ class Daemon:
         if leader is not None:
             self.sources.skip = leader.owns
         self.status = StatusReporter(self.view, self.notifier)
+        self.steering = self._build_steering()
+        if self.steering is not None:
+            self.metrics.registry.register(SteeringCollector(self.steering))
         self.sources.runners.extend(
             self.make_runner(adapter, config.sources[name].timing)
             for name, adapter in built.items()
@@ -185,6 +190,27 @@ class Daemon:
         self._tg: asyncio.TaskGroup | None = None
         self._reload_pending = False  # SIGHUP before the TaskGroup started
         self.api_port: int | None = None
+
+    def _build_steering(self) -> Steering | None:
+        """Steering of this node's Weight or label, where the scheduler has one."""
+        built = build_setting(self.sink, self.config.steering)
+        node = self.config.node.name
+        if built is None:
+            if self.config.steering.enabled:
+                log.warning("%s: steering is enabled but the scheduler has no node setting", node)
+            return None
+        setting, value_of = built
+        engine = self.engine
+        return Steering(
+            node,
+            setting,
+            self.decisions,
+            config=lambda: self.config.steering,
+            value_of=value_of,
+            headroom=lambda: engine.last.headroom if engine.last is not None else None,
+            held=lambda: engine.state.action is not Action.RESUME,
+            busy=lambda: node in self.decisions.busy_nodes(),
+        )
 
     @property
     def runners(self) -> list[SourceRunner]:
@@ -279,6 +305,10 @@ class Daemon:
             reads_need_token=api.reads_need_token,
             max_event_streams=api.max_event_streams,
             notices=lambda: (self.config.node.name, self.notices),
+            steering=lambda: (
+                self.config.node.name,
+                self.steering.status() if self.steering is not None else None,
+            ),
         )
 
     async def run(self, *, handle_signals: bool = True) -> None:
@@ -332,6 +362,8 @@ class Daemon:
                     if self.notices is not None:
                         tg.create_task(self.notices.run(), name="job-notices")
                     tg.create_task(self._publish_assessments(), name="assessments")
+                    if self.steering is not None:
+                        tg.create_task(self.steering.run(), name="steering")
                     if self.notifier.watchdog_s:
                         tg.create_task(
                             self.status.watchdog(self.notifier.watchdog_s), name="watchdog"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,8 +83,22 @@ class Reloader:
         for key in _RESTART_ONLY_POLICY:
             if getattr(old.policy, key) != getattr(loaded.policy, key):
                 log.warning("reload: policy.%s changed; it takes effect at the next restart", key)
+        if old.cluster != loaded.cluster:
+            log.warning("reload: [cluster] changed; it takes effect at the next restart")
+        if old.steering.label_key != loaded.steering.label_key:
+            log.warning("reload: steering.label_key changed; it takes effect at the next restart")
+        steering = replace(loaded.steering, label_key=old.steering.label_key)
+        if steering.enabled and d.steering is None:
+            log.warning("reload: steering enabled, but the running scheduler has no node setting")
         new = Config(
-            old.node, loaded.sources, loaded.logging, old.api, loaded.policy, old.scheduler
+            old.node,
+            loaded.sources,
+            loaded.logging,
+            old.api,
+            loaded.policy,
+            old.scheduler,
+            old.cluster,
+            steering,
         )
         settings = policy_settings(new.policy)
         changed = {
