@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 
 from adapters.schedulers.bounded import read_stream_capped
@@ -33,9 +34,14 @@ async def run_command(
                 read_stream_capped(proc.stderr, OUTPUT_LIMIT),
             )
             await proc.wait()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+    except BaseException:
+        # A timeout or a cancellation (shutdown, a reload): kill and reap the child
+        # either way, so neither a process nor its transport outlives the call.
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await proc.wait()
         raise
     rc = proc.returncode if proc.returncode is not None else -1
     return rc, out.decode(errors="replace").strip(), err.decode(errors="replace").strip()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from adapters.schedulers.webhook import WebhookSink
 from policies.model import Action
 from tests.support.delivery import decision
 from tests.support.secrets import WEBHOOK_SECRET
+from tests.support.wait import wait_until
 
 FLOOD_MB = 64
 
@@ -98,3 +101,19 @@ async def test_a_huge_error_body_is_read_to_a_few_kib_by_every_sink(
         await sink.close()
     assert "503" in str(info.value) and len(str(info.value)) < 1000
     assert sent[0] < FLOOD_MB  # the sink hung up instead of reading it all
+
+
+async def test_a_cancelled_command_is_killed_and_reaped(tmp_path: Path) -> None:
+    # A shutdown cancels an scontrol call in flight: the child must not outlive it.
+    pid_file = tmp_path / "pid"
+    script = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    task = asyncio.create_task(run_command([sys.executable, "-c", script], timeout_s=60))
+    await wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", what="the child up")
+    pid = int(pid_file.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped: no process, not even a zombie
