@@ -53,7 +53,7 @@ class FakeWebhookScheduler:
         item = Received(payload, key)
         self.received.append(item)
         action = payload["action"]
-        self.node_state[payload["node"]] = {"drain": "drained", "exclude": "down"}.get(
+        self.node_state[payload["node"]] = {"drain": "drained", "exclude": "excluded"}.get(
             action, "idle"
         )
         if self.on_receive is not None:
