@@ -27,8 +27,20 @@ def secret_problem(path: Path, *, private: bool = True) -> str | None:
             if not fh.read(4096).strip():
                 return f"{kind} {str(path)!r} is empty"
     except OSError as err:
-        return f"{kind} {str(path)!r} cannot be read: {err.strerror or err}"
+        problem = f"{kind} {str(path)!r} cannot be read: {err.strerror or err}"
+        if _bare(path) and not os.environ.get("CREDENTIALS_DIRECTORY"):
+            # Outside systemd a bare credential name has nowhere to resolve: say so.
+            problem += (
+                "; a bare name is a systemd credential (LoadCredential=), read from"
+                " $CREDENTIALS_DIRECTORY, which is not set here: set it to the folder"
+                " holding the file, or give the file's path"
+            )
+        return problem
     return None
+
+
+def _bare(path: Path) -> bool:
+    return not path.is_absolute() and len(path.parts) == 1
 
 
 def read_secret(path: Path) -> bytes:
@@ -43,6 +55,6 @@ def read_secret(path: Path) -> bytes:
 def resolve_secret(path: Path) -> Path:
     """Where a configured secret file really is (see read_secret)."""
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds and not path.is_absolute() and len(path.parts) == 1:
+    if creds and _bare(path):
         return Path(creds) / path
     return path

@@ -13,6 +13,7 @@ from daemon.cli import main
 from daemon.config import ConfigError, load_config, parse_config
 from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import SlurmSchedulerConfig, WebhookSchedulerConfig
+from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.sources import NvmlSourceConfig
 from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
@@ -276,3 +277,20 @@ def test_check_config_refuses_bad_notice_keys(
     path.write_text(text)
     assert main(["check-config", str(path)]) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_a_bare_credential_name_outside_systemd_says_why_it_cannot_be_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    problem = secret_problem(resolve_secret(Path("webhook.key")))
+    assert problem is not None
+    assert "cannot be read" in problem and "$CREDENTIALS_DIRECTORY, which is not set" in problem
+    # With the directory set, the same name resolves there and reads.
+    (tmp_path / "creds").mkdir()
+    key = tmp_path / "creds" / "webhook.key"
+    key.write_text("k" * 32)
+    key.chmod(0o600)
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path / "creds"))
+    assert secret_problem(resolve_secret(Path("webhook.key"))) is None
