@@ -67,6 +67,10 @@ class ResistanceEstimator:
         self._sum[0] += delta_t / power
         self._sum[1] += 1.0
 
+    def capped_by(self, bound: float) -> bool:
+        """Whether :meth:`cap` with ``bound`` would change the samples."""
+        return math.isfinite(bound) and bool(self.samples) and max(self.samples) > bound
+
     def cap(self, bound: float) -> None:
         """The resistance is at most ``bound`` now: samples above it are of another plate."""
         if math.isfinite(bound) and any(x > bound for x in self.samples):

@@ -844,12 +844,7 @@ def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
     """The heating rate (C/s) when both confirm windows exceed the step rate at flat power."""
     if not t.power_steady():
         return None
-    rates = t.heating_rate(now)
-    if rates is None:
-        return None
-    newer, older = rates
-    fastest = s.max_gpu_rate_c_per_min / 60.0
-    return newer if newer > fastest and older > fastest else None
+    return t.fast_heating(now, s.max_gpu_rate_c_per_min / 60.0)
 
 
 def _full_load_margin(

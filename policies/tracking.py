@@ -14,9 +14,8 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import combinations, islice, pairwise, takewhile
-from operator import itemgetter
-from statistics import median
+from itertools import combinations, pairwise, takewhile
+from operator import itemgetter, sub
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
@@ -75,6 +74,7 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
 _MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
 _SLOPE_CACHE = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
 _Sample = tuple[float, float]
+_Spans = tuple[int, int, int, int]  # older window start:end, newer window start:end
 _time = itemgetter(0)
 
 
@@ -99,14 +99,49 @@ def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
     return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
 
 
-def _resolved(
-    newer: list[_Sample], older: list[_Sample], rates: tuple[float, float]
-) -> tuple[float, float]:
+def _median_slope_of(times: list[float], values: list[float]) -> float | None:
+    """:func:`median_slope` of the points ``zip(times, values)``, on the lists as they are."""
+    n = len(times)
+    if n > _MAX_SLOPE_POINTS:
+        return median_slope(zip(times, values, strict=True))
+    if n < 4:
+        return None
+    pts = zip(times, values, strict=True)
+    slopes = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in combinations(pts, 2) if t1 > t0]
+    slopes.sort()
+    if not slopes:
+        return None
+    mid = len(slopes) // 2
+    return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+
+
+def _sorted_values(windows: tuple[list[_Sample], list[_Sample]]) -> _Values:
+    """The sorted values of the newer and the older window."""
+    newer, older = windows
+    return sorted([v for _, v in newer]), sorted([v for _, v in older])
+
+
+def _mid(ordered: list[float]) -> float:
+    """The median of sorted values (statistics.median's arithmetic, without its overhead)."""
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+_Values = tuple[list[float], list[float]]  # the sorted values of the newer and older window
+
+
+def _within_one_step(values: _Values) -> bool:
+    """The windows' median levels differ by no more than one reading step."""
+    newer, older = values
+    moved = abs(_mid(newer) - _mid(older))
+    distinct = sorted(set(newer).union(older))
+    return moved <= min(map(sub, distinct[1:], distinct), default=0.0)
+
+
+def _resolved(values: _Values, rates: tuple[float, float]) -> tuple[float, float]:
     """``rates``, or (0, 0) when the windows' levels differ by no more than one reading step."""
-    moved = abs(median(v for _, v in newer) - median(v for _, v in older))
-    values = sorted({v for _, v in newer} | {v for _, v in older})
-    step = min((hi - lo for lo, hi in pairwise(values)), default=0.0)
-    return (0.0, 0.0) if moved <= step else rates
+    return (0.0, 0.0) if _within_one_step(values) else rates
 
 
 class LossRun:
@@ -193,13 +228,65 @@ class RecentSamples:
         return self._highs[0][1] - self._lows[0][1]
 
 
+class TimedValues:
+    """The (t, value) samples of the last ``keep_s`` seconds, as two parallel lists.
+
+    Times must increase (a sample at or before the newest is ignored). Kept as plain
+    lists from ``head`` on, so windows are found by bisection on the times and read
+    as slices: the confirm windows are asked for at every temperature sample.
+    """
+
+    __slots__ = ("added", "head", "ordered", "times", "values")
+
+    _COMPACT = 256  # dropped samples kept before the lists are shortened
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.values: list[float] = []
+        self.head = 0  # the oldest sample kept
+        self.added = 0  # samples taken so far: a version number for cached results
+        # Times strictly increasing, as they are unless a non-finite one was ever taken
+        # (NaN compares false with the newest, so it is not refused like a repeat).
+        self.ordered = True
+
+    def add(self, t: float, value: float, keep_s: float) -> None:
+        """One sample; those older than ``keep_s`` before it are dropped."""
+        times = self.times
+        if len(times) > self.head and t <= times[-1]:
+            return
+        if not math.isfinite(t):
+            self.ordered = False
+        times.append(t)
+        self.values.append(value)
+        self.added += 1
+        cutoff = t - keep_s
+        head = self.head
+        while times[head] < cutoff:
+            head += 1
+        if head >= self._COMPACT:
+            del times[:head]
+            del self.values[:head]
+            head = 0
+        self.head = head
+
+    @property
+    def first(self) -> int:
+        """The sequence number (in every sample taken) of ``times[0]``."""
+        return self.added - len(self.times)
+
+    @property
+    def samples(self) -> list[tuple[float, float]]:
+        """The samples kept, oldest first."""
+        head = self.head
+        return list(zip(self.times[head:], self.values[head:], strict=True))
+
+
 class GpuTracker:
     """One GPU: its latest readings, its thermal-margin forecaster and load-step detection."""
 
     __slots__ = (
         "_power",
         "_power_ref",
-        "_rate",
         "_settings",
         "_slopes",
         "limit",
@@ -231,11 +318,9 @@ class GpuTracker:
         self.step_times: deque[float] = deque(maxlen=16)  # recent load steps (bucket times)
         # Raw samples for the fast signature (heating with flat power): temperatures over
         # two confirm windows, power over the settle time (a step's heating lasts that long).
-        self.recent_temp = RecentSamples(ranged=False)
+        self.recent_temp = TimedValues()
         self.recent_power = RecentSamples()
-        # Caches of heating_rate (a pure function of the samples and ``now``): the last
-        # answer, by (now, samples taken), and the slopes of recent windows, by place.
-        self._rate: tuple[float, int, tuple[float, float] | None] | None = None
+        # The slopes of recent windows (a pure function of their samples), by place.
         self._slopes: dict[tuple[int, int], float | None] = {}
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
@@ -250,19 +335,73 @@ class GpuTracker:
         if reference is None or p is None or not (r.usable and p.usable):
             return
         assert r.value is not None and p.value is not None
-        if r.mono - p.mono > self._settings.stale_after_s:
+        now = r.mono
+        if now - p.mono > self._settings.stale_after_s:
             return
-        # Not steady while power moves, or while heating faster than a load step would
-        # (only the newer window counts here; the rate needs both to be defined).
-        newer, older = self._windows(r.mono)
-        if self._cooling_at_flat_power(newer, older, r.mono) and p.value > 0.0:
+        # Asked at every temperature sample, the replay's hot path: each step below is
+        # taken only when its answer can change what is kept.
+        spans = self._spans(now)
+        if spans is None:
+            self._sample_scanning(r, reference, p.value)
+            return
+        o_start, o_end, n_start, n_end = spans
+        temps = self.recent_temp.values
+        watts = p.value
+        if watts > 0.0 and n_end > n_start:
             # Cooling at this power, the GPU reads above its steady temperature: the
             # newer window's highest reading bounds the resistance from above.
-            self.resistance.cap((max(v for _, v in newer) - reference) / p.value)
-        rates = self.heating_rate(r.mono)
+            bound = (max(temps[n_start:n_end]) - reference) / watts
+            if self.resistance.capped_by(bound):
+                values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
+                if self._cooling_at_flat_power(values, now):
+                    self.resistance.cap(bound)
+        # Not steady while power moves, or while heating faster than a load step would
+        # (only the newer window counts here; the rate needs both to be defined).
+        steady = self.power_steady()
+        if steady:
+            fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+            a = self._slope(n_start, n_end)
+            # |a| <= fastest is steady whatever the older window says, and whatever
+            # one reading step resolves it to (0.0 is slower still).
+            if a is not None and abs(a) > fastest and self._slope(o_start, o_end) is not None:
+                values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
+                steady = _within_one_step(values)
+        self.resistance.add(now, r.value - reference, watts, steady)
+
+    def _sample_scanning(self, r: Reading, reference: float, watts: float) -> None:
+        """sample_resistance by its definition, for samples whose times are out of order."""
+        assert r.value is not None
+        now = r.mono
+        values = self._values_of(now, None)
+        if self._cooling_at_flat_power(values, now) and watts > 0.0:
+            self.resistance.cap((values[0][-1] - reference) / watts)
+        rates = self.heating_rate(now)
         fastest = self._settings.max_gpu_rate_c_per_min / 60.0
         steady = self.power_steady() and (rates is None or abs(rates[0]) <= fastest)
-        self.resistance.add(r.mono, r.value - reference, p.value, steady)
+        self.resistance.add(now, r.value - reference, watts, steady)
+
+    def fast_heating(self, now: float, fastest: float) -> float | None:
+        """The newer window's heating rate (C/s) when both windows' exceed ``fastest`` > 0.
+
+        ``heating_rate`` compared with ``fastest``, asked at every evaluation: the
+        windows' levels are compared only when both slopes are that fast.
+        """
+        spans = self._spans(now)
+        if spans is None:
+            rates = self.heating_rate(now)
+        else:
+            o_start, o_end, n_start, n_end = spans
+            a = self._slope(n_start, n_end)
+            if a is None or a <= fastest:
+                return None
+            b = self._slope(o_start, o_end)
+            if b is None or b <= fastest:
+                return None
+            rates = _resolved(self._values_of(now, spans), (a, b))
+        if rates is None:
+            return None
+        newer, older = rates
+        return newer if newer > fastest and older > fastest else None
 
     def heating_rate(self, now: float) -> tuple[float, float] | None:
         """The temperature slope (C/s) over the last and the previous confirm window.
@@ -273,70 +412,101 @@ class GpuTracker:
         NVML reports whole degrees, and over a few seconds a steady temperature reads
         as one step up or down, whose pairwise slope looks like fast heating.
         """
-        # Asked at each temperature sample and again at each evaluation, over windows
-        # that slide by a sample: both answers are cached, the value is the fresh one.
-        added = self.recent_temp.added
-        last = self._rate
-        if last is not None and last[0] == now and last[1] == added:
-            return last[2]
-        w = self._settings.flow_loss_confirm_s
-        a, b = self._window_slope(now - w, now), self._window_slope(now - 2 * w, now - w)
-        if a is None or b is None:
-            rate = None
-        else:
-            rate = _resolved(self._window(now - w, now), self._window(now - 2 * w, now - w), (a, b))
-        self._rate = (now, added, rate)
-        return rate
+        return self._rates_of(now, self._spans(now), None)
 
-    def _window_slope(self, lo: float, hi: float) -> float | None:
-        """median_slope of the temperature samples with ``lo <= t <= hi``, remembered."""
-        recent = self.recent_temp
-        samples = recent.samples
-        if not (recent.ordered and math.isfinite(lo) and math.isfinite(hi)):
-            return median_slope([p for p in samples if lo <= p[0] <= hi])
-        # Times strictly increase: the window is a run of samples, found by bisection,
-        # and a run's place in the sequence of every sample taken names its content.
-        start = bisect_left(samples, lo, key=_time)
-        end = bisect_right(samples, hi, key=_time)
+    def _rates_of(
+        self, now: float, spans: _Spans | None, values: _Values | None
+    ) -> tuple[float, float] | None:
+        """heating_rate at ``now`` given the windows' place (and sorted values, when taken)."""
+        if spans is None:
+            newer, older = self._windows_of(now, None)
+            a, b = median_slope(newer), median_slope(older)
+        else:
+            a = self._slope(spans[2], spans[3])
+            b = self._slope(spans[0], spans[1]) if a is not None else None
+        if a is None or b is None:
+            return None
+        return _resolved(values or self._values_of(now, spans), (a, b))
+
+    def _slope(self, start: int, end: int) -> float | None:
+        """median_slope of the kept samples ``start:end`` (list indices), remembered."""
+        # Times strictly increase: a window is a run of samples, and a run's place in
+        # the sequence of every sample taken names its content.
         if end - start < 4:
             return None
-        first = recent.added - len(samples)  # the sequence number of samples[0]
+        recent = self.recent_temp
+        first = recent.first
         key = (first + start, first + end)
         cache = self._slopes
         if key in cache:
             return cache[key]
-        slope = median_slope(list(islice(samples, start, end)))
+        slope = _median_slope_of(recent.times[start:end], recent.values[start:end])
         if len(cache) >= _SLOPE_CACHE:
             del cache[next(iter(cache))]
         cache[key] = slope
         return slope
 
-    def _window(self, lo: float, hi: float) -> list[_Sample]:
-        """The temperature samples with ``lo <= t <= hi``."""
+    def _spans(self, now: float) -> _Spans | None:
+        """Where the older and the newer confirm window lie in the kept samples' lists.
+
+        None when they cannot be found by bisection (times out of order, or ``now``
+        not finite): the windows are then found by scanning.
+        """
         recent = self.recent_temp
-        samples = recent.samples
-        if not (recent.ordered and math.isfinite(lo) and math.isfinite(hi)):
-            return [p for p in samples if lo <= p[0] <= hi]
-        start = bisect_left(samples, lo, key=_time)
-        return list(islice(samples, start, bisect_right(samples, hi, key=_time)))
+        w = self._settings.flow_loss_confirm_s
+        lo, mid = now - 2 * w, now - w
+        if not (recent.ordered and math.isfinite(lo) and math.isfinite(mid)):
+            return None
+        times, head = recent.times, recent.head
+        n_end = bisect_right(times, now, head)
+        o_end = bisect_right(times, mid, head, n_end)
+        return (
+            bisect_left(times, lo, head, o_end),
+            o_end,
+            bisect_left(times, mid, head, o_end),
+            n_end,
+        )
+
+    def _windows_of(self, now: float, spans: _Spans | None) -> tuple[list[_Sample], list[_Sample]]:
+        """The temperature samples of the newer (``now - w <= t <= now``) and the older window."""
+        recent = self.recent_temp
+        if spans is None:
+            w = self._settings.flow_loss_confirm_s
+            lo, mid = now - 2 * w, now - w
+            samples = recent.samples
+            return (
+                [p for p in samples if mid <= p[0] <= now],
+                [p for p in samples if lo <= p[0] <= mid],
+            )
+        o_start, o_end, n_start, n_end = spans
+        times, values = recent.times, recent.values
+        return (
+            list(zip(times[n_start:n_end], values[n_start:n_end], strict=True)),
+            list(zip(times[o_start:o_end], values[o_start:o_end], strict=True)),
+        )
+
+    def _values_of(self, now: float, spans: _Spans | None) -> _Values:
+        """The sorted temperatures of the newer and the older window."""
+        if spans is None:
+            return _sorted_values(self._windows_of(now, None))
+        o_start, o_end, n_start, n_end = spans
+        values = self.recent_temp.values
+        return sorted(values[n_start:n_end]), sorted(values[o_start:o_end])
 
     def _windows(self, now: float) -> tuple[list[_Sample], list[_Sample]]:
         """The temperature samples of the newer and the older confirm window."""
-        w = self._settings.flow_loss_confirm_s
-        return self._window(now - w, now), self._window(now - 2 * w, now - w)
+        return self._windows_of(now, self._spans(now))
 
-    def _cooling_at_flat_power(
-        self, newer: list[_Sample], older: list[_Sample], now: float
-    ) -> bool:
+    def _cooling_at_flat_power(self, values: _Values, now: float) -> bool:
         """The newer window's median under the older's, power flat over both.
 
         Medians of three or more readings, so one glitch cannot make a GPU look
         cooling; power flat over the windows, because a GPU whose load just rose
-        still cools for a moment below its new steady temperature.
+        still cools for a moment below its new steady temperature. ``values``: the
+        sorted temperatures of the newer and the older window.
         """
-        if len(newer) < 3 or len(older) < 3:
-            return False
-        if median(v for _, v in newer) >= median(v for _, v in older):
+        newer, older = values
+        if len(newer) < 3 or len(older) < 3 or _mid(newer) >= _mid(older):
             return False
         since = now - 2 * self._settings.flow_loss_confirm_s
         recent = takewhile(lambda x: x[0] >= since, reversed(self.recent_power.samples))
