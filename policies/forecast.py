@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
+from operator import is_
 from statistics import NormalDist
 
 from policies.window import Bucket, BucketWindow
@@ -93,7 +94,8 @@ def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend |
     lo_i = min(m - 1, max(0, math.floor((m - c) / 2.0) - 1))
     hi_i = min(m - 1, max(0, math.ceil((m + c) / 2.0)))
     t_ref = points[-1].t
-    offsets = sorted(p.value - slope * (p.t - t_ref) for p in points)
+    offsets = [p.value - slope * (p.t - t_ref) for p in points]
+    offsets.sort()
     level = offsets[n // 2] if n % 2 else (offsets[n // 2 - 1] + offsets[n // 2]) / 2.0
     return Trend(slope, slopes[lo_i], slopes[hi_i], level, t_ref, n, t_ref - points[0].t)
 
@@ -229,7 +231,7 @@ class PairSlopes:
             kept, rows = [], []
         else:
             kept, rows = kept[start:], self._rows[start:]
-        if len(kept) > len(points) or any(a is not b for a, b in zip(kept, points, strict=False)):
+        if len(kept) > len(points) or not all(map(is_, kept, points)):
             kept, rows = [], []
         for new in points[len(kept) :]:
             t, y = new.t, new.value
@@ -246,7 +248,17 @@ class PairSlopes:
 class SeriesForecaster:
     """One slow series: its window, its current trend, and its skill against persistence."""
 
-    __slots__ = ("_pairs", "_since", "_z", "floor", "settings", "skill", "trend", "window")
+    __slots__ = (
+        "_pairs",
+        "_since",
+        "_trusted",
+        "_z",
+        "floor",
+        "settings",
+        "skill",
+        "trend",
+        "window",
+    )
 
     def __init__(self, settings: TrendSettings, *, floor: float | None = None) -> None:
         self.settings = settings
@@ -260,15 +272,18 @@ class SeriesForecaster:
             settings.skill_horizon_s, settings.skill_keep, pending, settings.skill_margin
         )
         self.trend: Trend | None = None
+        # ``trusted``, asked for every GPU at every evaluation: it changes only when
+        # the trend or the skill does, in add() and restart(), which set it.
+        self._trusted = False
         self._since = -math.inf
         self._pairs = PairSlopes()
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""
-        before = self.window.newest
-        if not self.window.add(t, value):
-            return False
-        newest = self.window.newest
+        window = self.window
+        if not window.add(t, value):
+            return False  # the common case: the sample went into the open bucket
+        newest, before = window.newest, window.previous
         assert newest is not None
         s = self.settings
         if (
@@ -280,8 +295,9 @@ class SeriesForecaster:
             self.restart(newest.t + s.settle_s)
             return True
         self.skill.score(newest.t, newest.value, s.bucket_s / 2.0)
-        self.trend = self._fit()
+        self.trend = trend = self._fit()
         self.skill.record(newest.t, self.candidate(s.skill_horizon_s), newest.value)
+        self._trusted = trend is not None and trend.significant and self.skill.trusted
         return True
 
     def restart(self, since: float) -> None:
@@ -289,6 +305,7 @@ class SeriesForecaster:
         self.window.reset()
         self._since = since
         self.trend = None
+        self._trusted = False
         self.skill.drop_pending()
 
     def _fit(self) -> Trend | None:
@@ -335,7 +352,7 @@ class SeriesForecaster:
     @property
     def trusted(self) -> bool:
         """A significant trend from a forecaster that has been beating persistence."""
-        return self.trend is not None and self.trend.significant and self.skill.trusted
+        return self._trusted
 
     def forecast(self, horizon_s: float, base: float | None = None) -> float | None:
         """The value expected ``horizon_s`` after the last bucket (or after ``base``).
@@ -354,8 +371,8 @@ class SeriesForecaster:
     def time_to(self, threshold: float, *, falling: bool, at: float) -> TimeToThreshold | None:
         """Time from ``at`` until the trusted trend reaches ``threshold``; None if untrusted."""
         newest = self.window.newest
-        if not self.trusted or newest is None:
+        trend = self.trend
+        if not self._trusted or newest is None or trend is None:
             return None
-        assert self.trend is not None
-        level = newest.value + self.trend.slope * (at - newest.t)
-        return time_to_threshold(self.trend, level, threshold, falling=falling)
+        level = newest.value + trend.slope * (at - newest.t)
+        return time_to_threshold(trend, level, threshold, falling=falling)

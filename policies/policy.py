@@ -154,6 +154,9 @@ class Policy:
         self.tracker = Tracker(settings, self.racks, default_node=default_node)
         self.states: dict[str, NodeState] = {n: NodeState() for n in self.rack_of}
         self.breaker = BreakerState()
+        # Per node: the GPU dict last seen and its keys in index order (see _gpus).
+        self._gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = {}
+        self._horizon_s = settings.drain_horizon_s
 
     @property
     def settings(self) -> PolicySettings:
@@ -164,6 +167,7 @@ class Policy:
     def settings(self, new: PolicySettings) -> None:
         old = self._settings
         self._settings = new
+        self._horizon_s = new.drain_horizon_s
         if any(getattr(old, f) != getattr(new, f) for f in _TRACKER_FIELDS):
             # Windows and fits of another shape: start them afresh; states stay.
             self.tracker = Tracker(new, self.racks, default_node=self._default_node)
@@ -233,10 +237,14 @@ class Policy:
         if tracker is None:
             return []
         reference = self.tracker.rack[self.rack_of[node]].reference(now)
-        return [
-            self._gpu(gpu, tracker.gpus[gpu], now, reference)
-            for gpu in sorted(tracker.gpus, key=_order)
-        ]
+        by_index = tracker.gpus
+        # The GPUs in index order, asked at every evaluation: sorted again only when a
+        # GPU appears (the tracker adds GPUs and never removes one) or the dict is new.
+        order = self._gpu_order.get(node)
+        if order is None or order[0] is not by_index or len(order[1]) != len(by_index):
+            order = self._gpu_order[node] = (by_index, sorted(by_index, key=_order))
+        gpu = self._gpu
+        return [gpu(index, by_index[index], now, reference) for index in order[1]]
 
     def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> _Gpu:
         s = self._settings
@@ -251,24 +259,24 @@ class Policy:
             a = Assessment(subject, FaultDomain.GPU, Condition.UNKNOWN, now, detail=detail)
             return _Gpu(a, None, None, None, False, False)
         fast = _fast_heating(t, now, s)
-        shut = fresh_value(t.shutdown, now, stale)
         margin = slow - temp
         forecaster = t.margin
-        trend = forecaster.trend if forecaster.trusted else None
-        # time_to is None for an untrusted forecaster: not asked (a steady GPU's case).
-        ttt = (
-            forecaster.time_to(s.critical_margin_c, falling=True, at=now)
-            if trend is not None
-            else None
-        )
-        per_min = -trend.slope * 60 if trend is not None else None
-        fall = -trend.slope if trend is not None and trend.falling else None
-        early = ttt.early_s if ttt is not None else None
-        horizon = s.drain_horizon_s
-        predicted = early is not None and early <= horizon
-        at_risk = early is not None and early <= 2 * horizon
         words = [f"{temp:.0f}C, {margin:.1f}C below slowdown {slow:.0f}C"]
-        if per_min is not None:
+        # A steady GPU's forecaster is untrusted: no trend, no time to threshold.
+        ttt: TimeToThreshold | None = None
+        per_min: float | None = None
+        fall: float | None = None
+        predicted = at_risk = False
+        trend = forecaster.trend
+        if trend is not None and forecaster.trusted:
+            ttt = forecaster.time_to(s.critical_margin_c, falling=True, at=now)
+            per_min = -trend.slope * 60
+            fall = -trend.slope if trend.falling else None
+            early = ttt.early_s if ttt is not None else None
+            if early is not None:
+                horizon = self._horizon_s
+                predicted = early <= horizon
+                at_risk = early <= 2 * horizon
             words.append(f"{per_min:+.1f}C/min")
         if fast is not None:
             words.append(f"heating {fast * 60:+.0f}C/min at flat power")
@@ -282,7 +290,9 @@ class Policy:
             words.append(f"slowdown in ~{_minutes(ttt.point_s)} ({band})")
         if margin <= s.critical_margin_c:
             cond = Condition.CRITICAL
-        elif shut is not None and shut - temp <= s.shutdown_margin_c:
+        elif (shut := fresh_value(t.shutdown, now, stale)) is not None and (
+            shut - temp <= s.shutdown_margin_c
+        ):
             cond = Condition.CRITICAL
             words.append(f"{shut - temp:.1f}C below shutdown {shut:.0f}C")
         elif margin <= s.enter_margin_c or predicted:
@@ -533,14 +543,23 @@ class Policy:
             state = replace(state, awaiting_evidence=False)
         verdict, hot = self._verdict(node, rack, state, gpus, ev, rack_trouble, view)
         pin = o.pins.get(node)
-        gates = Gates(
-            pin=pin,
-            drain_withheld=drain_withheld(node, rack, verdict.domain, view, s, self.breaker, o)
-            if verdict.condition is Condition.WARNING and state.action is Action.RESUME
-            else "",
-            resume_withheld=resume_withheld(node, rack, now, view, s),
-            jitter_s=jitter_s(node, s),
+        in_service = state.action is Action.RESUME
+        withheld = (
+            drain_withheld(node, rack, verdict.domain, view, s, self.breaker, o)
+            if verdict.condition is Condition.WARNING and in_service
+            else ""
         )
+        if in_service and pin is None and not withheld:
+            # What a node in service with no pin and no withheld drain meets (the resume
+            # gates and the jitter are read only out of service): one shared value.
+            gates = _OPEN
+        else:
+            gates = Gates(
+                pin=pin,
+                drain_withheld=withheld,
+                resume_withheld=resume_withheld(node, rack, now, view, s),
+                jitter_s=jitter_s(node, s),
+            )
         new_state, step, note = transition(state, verdict, gates, now, s)
         self.states[node] = new_state
         node_a = Assessment(
@@ -748,6 +767,7 @@ class Policy:
 
 
 _HOT = (Condition.WARNING, Condition.CRITICAL)
+_OPEN = Gates()
 _SHOWN = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
 
 
@@ -855,9 +875,13 @@ def _full_load_margin(
     It drains a node in service and holds a drained one out while the estimate stays
     unfit; after a repair the estimate follows within its window of steady periods.
     """
-    limit = fresh_value(t.limit, now, s.stale_after_s)
+    if reference is None:
+        return None
     est = t.resistance.estimate(s.trend_min_points)
-    if reference is None or limit is None or est is None:
+    if est is None:
+        return None
+    limit = fresh_value(t.limit, now, s.stale_after_s)
+    if limit is None:
         return None
     return slowdown - (reference + est.lo * limit)
 

@@ -112,17 +112,24 @@ def transition(
         return state, None, ""
     # 6.
     if not v.healthy:
-        return replace(state, healthy_since=None), None, ""
+        return _healthy_since(state, None), None, ""
     # 7.
     healthy_since = state.healthy_since if state.healthy_since is not None else now
     since = state.since if state.since is not None else now
     waited = now - healthy_since >= s.resume_after_s + g.jitter_s
     if waited and now - since >= s.min_dwell_s:
         if g.resume_withheld:
-            return replace(state, healthy_since=healthy_since), None, g.resume_withheld
+            return _healthy_since(state, healthy_since), None, g.resume_withheld
         step = Step(Action.RESUME, FaultDomain.NONE, RESUME_REASON)
         return _back(state, now), step, ""
-    return replace(state, healthy_since=healthy_since), None, "healthy, waiting to resume"
+    return _healthy_since(state, healthy_since), None, "healthy, waiting to resume"
+
+
+def _healthy_since(state: NodeState, healthy_since: float | None) -> NodeState:
+    """``state`` with ``healthy_since`` set: itself when it already is (every tick out)."""
+    if state.healthy_since is healthy_since:  # None, or the very value kept
+        return state
+    return replace(state, healthy_since=healthy_since)
 
 
 def _out(state: NodeState, step: Step, now: float, following: str = "") -> NodeState:

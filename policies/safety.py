@@ -10,6 +10,7 @@ the daemon from the scheduler's state, or from its own ledger until it has one.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import math
 from collections import deque
@@ -212,9 +213,14 @@ def drain_withheld(
 
 def jitter_s(node: str, s: PolicySettings) -> float:
     """A node's own extra healthy delay: deterministic, spread over resume_jitter x resume_after."""
+    return _jitter_fraction(node) * s.resume_jitter * s.resume_after_s
+
+
+@functools.lru_cache(maxsize=4096)
+def _jitter_fraction(node: str) -> float:
+    """Where in [0, 1) a node's jitter falls: from its name (asked at every evaluation)."""
     digest = hashlib.sha256(node.encode()).digest()
-    fraction = int.from_bytes(digest[:8], "big") / 2.0**64
-    return fraction * s.resume_jitter * s.resume_after_s
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def resume_withheld(node: str, rack: str, now: float, view: ClusterView, s: PolicySettings) -> str:

@@ -13,6 +13,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+_isfinite = math.isfinite
+_floor = math.floor
+
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
@@ -70,21 +73,25 @@ class BucketWindow:
 
     def add(self, t: float, value: float) -> bool:
         """Add one sample; True when it closed the bucket before it."""
-        if not (math.isfinite(t) and math.isfinite(value)):
+        # Called for every sample of every slow series and GPU margin: module-level
+        # names and comparisons, not min()/max() calls (the same values: both finite).
+        if not (_isfinite(t) and _isfinite(value)):
             return False
         last = self.last_t
         if last is not None and t <= last:
             return False
         closed = False
-        cell = math.floor(t / self.bucket_s)
+        cell = _floor(t / self.bucket_s)
         if last is not None and self._n and cell != self._last_cell:
             self._close()
             closed = True
         self._n += 1
         self._sum_t += t
         self._sum_v += value
-        self._lo = min(self._lo, value)
-        self._hi = max(self._hi, value)
+        if value < self._lo:  # noqa: PLR1730 - a comparison costs less than a min() call
+            self._lo = value
+        if value > self._hi:  # noqa: PLR1730
+            self._hi = value
         self.last_t = t
         self._last_cell = cell
         self.last_value = value
@@ -109,6 +116,12 @@ class BucketWindow:
     def newest(self) -> Bucket | None:
         """The most recently closed bucket."""
         return self._closed[-1] if self._closed else None
+
+    @property
+    def previous(self) -> Bucket | None:
+        """The bucket closed before the newest (None with fewer than two)."""
+        closed = self._closed
+        return closed[-2] if len(closed) >= 2 else None
 
     def reset(self) -> None:
         """Forget every sample (e.g. after a load step: the old regime is not this one)."""
