@@ -41,7 +41,17 @@ class Resistance:
 class ResistanceEstimator:
     """``(T - T_ref) / P`` per steady bucket over the last ``keep`` buckets."""
 
-    __slots__ = ("_bucket", "_bucket_s", "_estimate", "_keep", "_sum", "_taken", "_z", "samples")
+    __slots__ = (
+        "_bucket",
+        "_bucket_s",
+        "_estimate",
+        "_high",
+        "_keep",
+        "_sum",
+        "_taken",
+        "_z",
+        "samples",
+    )
 
     def __init__(self, bucket_s: float, keep: int, z: float) -> None:
         self._bucket_s = bucket_s
@@ -52,6 +62,7 @@ class ResistanceEstimator:
         self.samples: deque[float] = deque(maxlen=keep)
         self._taken = 0  # samples appended or capped so far: the cached estimate's version
         self._estimate: tuple[int, int, Resistance | None] | None = None
+        self._high: float | None = None  # max(samples) once asked, until they change
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
         """One sample; a bucket counts only if every one of its samples was steady."""
@@ -67,9 +78,18 @@ class ResistanceEstimator:
         self._sum[0] += delta_t / power
         self._sum[1] += 1.0
 
+    @property
+    def highest(self) -> float:
+        """The highest sample kept (-inf when none)."""
+        # Asked at every temperature sample; the samples change once a bucket at most.
+        high = self._high
+        if high is None:
+            high = self._high = max(self.samples, default=-math.inf)
+        return high
+
     def capped_by(self, bound: float) -> bool:
         """Whether :meth:`cap` with ``bound`` would change the samples."""
-        return math.isfinite(bound) and bool(self.samples) and max(self.samples) > bound
+        return math.isfinite(bound) and self.highest > bound
 
     def cap(self, bound: float) -> None:
         """The resistance is at most ``bound`` now: samples above it are of another plate."""
@@ -77,12 +97,14 @@ class ResistanceEstimator:
             capped = [min(x, bound) for x in self.samples]
             self.samples.clear()
             self.samples.extend(capped)
+            self._high = None
             self._taken += 1  # the samples changed: the cached estimate is stale
 
     def _close(self) -> None:
         total, n = self._sum
         if n > 0 and math.isfinite(total):
             self.samples.append(total / n)
+            self._high = None
             self._taken += 1
         self._sum = [0.0, 0.0]
 

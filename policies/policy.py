@@ -862,9 +862,10 @@ def _supply_limit(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
 
 def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
     """The heating rate (C/s) when both confirm windows exceed the step rate at flat power."""
-    if not t.power_steady():
-        return None
-    return t.fast_heating(now, s.max_gpu_rate_c_per_min / 60.0)
+    # The rate first: it is rarely that fast, and its window slope is usually known
+    # already (worked out when the newest temperature was taken).
+    rate = t.fast_heating(now, s.max_gpu_rate_c_per_min / 60.0)
+    return rate if rate is not None and t.power_steady() else None
 
 
 def _full_load_margin(

@@ -73,6 +73,7 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
 
 _MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
 _SLOPE_CACHE = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
+_UNSEEN = object()  # a slope not in the cache (None is a cached answer)
 _Sample = tuple[float, float]
 _Spans = tuple[int, int, int, int]  # older window start:end, newer window start:end
 _time = itemgetter(0)
@@ -285,6 +286,7 @@ class GpuTracker:
     """One GPU: its latest readings, its thermal-margin forecaster and load-step detection."""
 
     __slots__ = (
+        "_last_spans",
         "_power",
         "_power_ref",
         "_settings",
@@ -322,6 +324,7 @@ class GpuTracker:
         self.recent_power = RecentSamples()
         # The slopes of recent windows (a pure function of their samples), by place.
         self._slopes: dict[tuple[int, int], float | None] = {}
+        self._last_spans: tuple[float, int, _Spans] | None = None  # now, samples taken, spans
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
         keep = 2 * settings.trend_min_points
@@ -347,9 +350,15 @@ class GpuTracker:
         o_start, o_end, n_start, n_end = spans
         temps = self.recent_temp.values
         watts = p.value
-        if watts > 0.0 and n_end > n_start:
-            # Cooling at this power, the GPU reads above its steady temperature: the
-            # newer window's highest reading bounds the resistance from above.
+        # Cooling at this power, the GPU reads above its steady temperature: the
+        # newer window's highest reading bounds the resistance from above. The newest
+        # reading's ratio bounds that bound from below, so when no kept sample is above
+        # it (the common case) the window is not scanned.
+        if (
+            watts > 0.0
+            and n_end > n_start
+            and not self.resistance.highest <= (temps[n_end - 1] - reference) / watts
+        ):
             bound = (max(temps[n_start:n_end]) - reference) / watts
             if self.resistance.capped_by(bound):
                 values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
@@ -435,14 +444,17 @@ class GpuTracker:
         if end - start < 4:
             return None
         recent = self.recent_temp
-        first = recent.first
+        first = recent.added - len(recent.times)
         key = (first + start, first + end)
         cache = self._slopes
-        if key in cache:
-            return cache[key]
+        slope = cache.get(key, _UNSEEN)
+        if slope is not _UNSEEN:
+            return slope  # type: ignore[return-value]  # a float or None, as stored
         slope = _median_slope_of(recent.times[start:end], recent.values[start:end])
         if len(cache) >= _SLOPE_CACHE:
-            del cache[next(iter(cache))]
+            # Emptied, not trimmed oldest first: a dict's oldest key costs a scan over
+            # the slots of keys deleted before it, and a miss is only a refit.
+            cache.clear()
         cache[key] = slope
         return slope
 
@@ -453,6 +465,11 @@ class GpuTracker:
         not finite): the windows are then found by scanning.
         """
         recent = self.recent_temp
+        # Asked at a sample's time and again at the evaluation after it, usually the
+        # same time: remembered while no sample is taken.
+        last = self._last_spans
+        if last is not None and last[0] == now and last[1] == recent.added:
+            return last[2]
         w = self._settings.flow_loss_confirm_s
         lo, mid = now - 2 * w, now - w
         if not (recent.ordered and math.isfinite(lo) and math.isfinite(mid)):
@@ -460,12 +477,14 @@ class GpuTracker:
         times, head = recent.times, recent.head
         n_end = bisect_right(times, now, head)
         o_end = bisect_right(times, mid, head, n_end)
-        return (
+        spans = (
             bisect_left(times, lo, head, o_end),
             o_end,
             bisect_left(times, mid, head, o_end),
             n_end,
         )
+        self._last_spans = (now, recent.added, spans)
+        return spans
 
     def _windows_of(self, now: float, spans: _Spans | None) -> tuple[list[_Sample], list[_Sample]]:
         """The temperature samples of the newer (``now - w <= t <= now``) and the older window."""
