@@ -18,11 +18,11 @@ Pure: samples and their timestamps in, numbers out. Same input, same output.
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import chain
+from functools import lru_cache
+from itertools import islice
 from operator import is_
 from statistics import NormalDist
 
@@ -66,17 +66,20 @@ def z_for(confidence: float) -> float:
     return NormalDist().inv_cdf(confidence)
 
 
-def _slopes_from(a: Bucket, later: Iterable[Bucket]) -> list[float]:
-    t, y = a.t, a.value
-    return [(b.value - y) / (b.t - t) for b in later if b.t > t]
+def _pair_slopes(points: list[Bucket]) -> list[float]:
+    """Every pair's slope, later bucket over earlier, in pair order (unsorted)."""
+    out: list[float] = []
+    for i, a in enumerate(points):
+        t, y = a.t, a.value
+        out += [(b.value - y) / (b.t - t) for b in points[i + 1 :] if b.t > t]
+    return out
 
 
 def theil_sen(points: list[Bucket], z: float) -> Trend | None:
     """Median pairwise slope with Sen's one-sided bounds at quantile ``z``; None under 3 points."""
     if len(points) < 3:
         return None
-    slopes = [s for i, a in enumerate(points) for s in _slopes_from(a, points[i + 1 :])]
-    return theil_sen_of(points, slopes, z)
+    return theil_sen_of(points, _pair_slopes(points), z)
 
 
 def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend | None:
@@ -85,19 +88,37 @@ def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend |
     if n < 3 or len(slopes) < 3:
         return None
     slopes.sort()
-    m = len(slopes)
-    mid = m // 2
-    slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+    slope, lo, hi = _sen(n, slopes, z)
+    return _line(points, slope, lo, hi)
+
+
+@lru_cache(maxsize=256)
+def _ranks(n: int, m: int, z: float) -> tuple[int, int]:
     # Sen (1968): the bounds are order statistics of the pairwise slopes, at ranks
     # (N -+ z * sd(S)) / 2 with Var(S) = n(n-1)(2n+5)/18 (Kendall's S, no ties).
     c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
     lo_i = min(m - 1, max(0, math.floor((m - c) / 2.0) - 1))
     hi_i = min(m - 1, max(0, math.ceil((m + c) / 2.0)))
+    return lo_i, hi_i
+
+
+def _sen(n: int, slopes: list[float], z: float) -> tuple[float, float, float]:
+    """The median slope and Sen's bounds of ``n`` points from their sorted pairwise slopes."""
+    m = len(slopes)
+    mid = m // 2
+    slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+    lo_i, hi_i = _ranks(n, m, z)
+    return slope, slopes[lo_i], slopes[hi_i]
+
+
+def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
+    """The trend of ``points`` with that slope and bounds: its level is the median offset."""
+    n = len(points)
     t_ref = points[-1].t
     offsets = [p.value - slope * (p.t - t_ref) for p in points]
     offsets.sort()
     level = offsets[n // 2] if n % 2 else (offsets[n // 2 - 1] + offsets[n // 2]) / 2.0
-    return Trend(slope, slopes[lo_i], slopes[hi_i], level, t_ref, n, t_ref - points[0].t)
+    return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,50 +229,93 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
-class PairSlopes:
-    """The pairwise slopes of a sliding window's buckets, kept as buckets come and go.
+class SortedSlopes:
+    """The pairwise slopes of a moving run of buckets, kept sorted as buckets come and go.
 
-    A fit at every bucket close needs every pair's slope; a window moves by one
-    bucket at a time, so all but the new bucket's pairs were computed at the last
-    close. Row ``i`` holds the slopes from bucket ``i`` to each later one, so the
-    slopes of any run of buckets up to the newest are the rows from its first.
+    A fit at every bucket close needs order statistics of every pair's slope; a run
+    of a sliding window gains its newest bucket and loses its oldest, so all but
+    those buckets' pairs are as they were at the last close. The new pairs are
+    merged in; the dropped ones, recomputed by the same expression (so they compare
+    equal), are found by bisection and deleted.
     """
 
-    __slots__ = ("_buckets", "_rows")
+    __slots__ = ("_buckets", "_slopes")
 
     def __init__(self) -> None:
         self._buckets: list[Bucket] = []
-        self._rows: list[list[float]] = []
+        self._slopes: list[float] = []
 
-    def rows(self, points: list[Bucket]) -> list[list[float]]:
-        """The rows of ``points`` (consecutive buckets of one window, oldest first)."""
-        kept = self._buckets
-        start = next((i for i, b in enumerate(kept) if b is points[0]), None)
-        if start is None:
-            kept, rows = [], []
+    def of(self, run: list[Bucket]) -> list[float]:
+        """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
+
+        The list is kept: read it before the next call, do not change it.
+        """
+        kept, slopes = self._buckets, self._slopes
+        first = run[0]
+        drop = 0
+        for b in kept:
+            if b is first:
+                break
+            drop += 1
+        if (
+            drop == len(kept)
+            or len(kept) - drop > len(run)
+            or not all(map(is_, islice(kept, drop, None), run))
+        ):
+            # Not a later state of the kept run (a restart, a trimmed window): afresh.
+            kept, slopes = [], []
+            self._buckets, self._slopes = kept, slopes
         else:
-            kept, rows = kept[start:], self._rows[start:]
-        if len(kept) > len(points) or not all(map(is_, kept, points)):
-            kept, rows = [], []
-        for new in points[len(kept) :]:
+            for i in range(drop):
+                a = kept[i]
+                t, y = a.t, a.value
+                for b in islice(kept, i + 1, None):
+                    if b.t > t:
+                        del slopes[bisect_left(slopes, (b.value - y) / (b.t - t))]
+            del kept[:drop]
+        for new in run[len(kept) :]:
             t, y = new.t, new.value
-            for a, row in zip(kept, rows, strict=True):
-                if t > a.t:
-                    # Rows kept sorted: the fit's sort then merges runs, not scratch.
-                    insort(row, (y - a.value) / (t - a.t))
+            slopes += [(y - a.value) / (t - a.t) for a in kept if t > a.t]
             kept.append(new)
-            rows.append([])
-        self._buckets, self._rows = kept, rows
-        return rows
+        # A sorted run and a short unsorted tail: the sort merges, it does not start over.
+        slopes.sort()
+        return slopes
+
+
+def _has_negative_zero(slopes: list[float]) -> bool:
+    """Whether sorted ``slopes`` hold a -0.0 (equal to 0.0, but not the same float)."""
+    i, j = bisect_left(slopes, 0.0), bisect_right(slopes, 0.0)
+    return any(math.copysign(1.0, s) < 0.0 for s in slopes[i:j])
+
+
+def _sen_of_run(
+    run: list[Bucket], slopes: list[float], z: float
+) -> tuple[float, float, float] | None:
+    """:func:`_sen` of ``run`` given its sorted slopes from :class:`SortedSlopes`.
+
+    A zero order statistic could be 0.0 or -0.0 where both are kept; which one a sort
+    puts first depends on the order the slopes came in. Then the slopes are taken in
+    :func:`theil_sen`'s order, so the result is the same float.
+    """
+    n = len(run)
+    if n < 3 or len(slopes) < 3:
+        return None
+    stats = _sen(n, slopes, z)
+    if 0.0 in stats and _has_negative_zero(slopes):
+        slopes = _pair_slopes(run)
+        slopes.sort()
+        stats = _sen(n, slopes, z)
+    return stats
 
 
 class SeriesForecaster:
     """One slow series: its window, its current trend, and its skill against persistence."""
 
     __slots__ = (
-        "_pairs",
+        "_recent",
         "_since",
         "_trusted",
+        "_whole",
         "_z",
         "floor",
         "settings",
@@ -276,7 +340,9 @@ class SeriesForecaster:
         # the trend or the skill does, in add() and restart(), which set it.
         self._trusted = False
         self._since = -math.inf
-        self._pairs = PairSlopes()
+        # The sorted slopes of the whole window and of its recent half.
+        self._whole = SortedSlopes()
+        self._recent = SortedSlopes()
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""
@@ -309,21 +375,24 @@ class SeriesForecaster:
         self.skill.drop_pending()
 
     def _fit(self) -> Trend | None:
-        s = self.settings
         points = self.window.buckets(self._since)
-        if len(points) < s.min_points:
+        n = len(points)
+        if n < self.settings.min_points or n < 3:
             return None
-        rows = self._pairs.rows(points)
-        half = len(points) // 2
-        whole = theil_sen_of(points, list(chain.from_iterable(rows)), self._z)
-        recent = theil_sen_of(points[half:], list(chain.from_iterable(rows[half:])), self._z)
-        if whole is None or recent is None:
-            return whole
-        if recent.lo <= whole.slope <= recent.hi:
-            return whole
+        z = self._z
+        whole = _sen_of_run(points, self._whole.of(points), z)
+        if whole is None:
+            return None
+        recent_points = points[n // 2 :]
+        recent = _sen_of_run(recent_points, self._recent.of(recent_points), z)
+        # Only the chosen trend needs its level (a median of offsets from its slope).
+        if recent is None or recent[1] <= whole[0] <= recent[2]:
+            return _line(points, *whole)
         # The recent half says something else: a settled step or a stopped ramp is
         # judged by its flat recent half; an accelerating rise keeps the (slower) whole.
-        return recent if abs(recent.slope) < abs(whole.slope) else whole
+        if abs(recent[0]) < abs(whole[0]):
+            return _line(recent_points, *recent)
+        return _line(points, *whole)
 
     @property
     def persistence(self) -> float | None:

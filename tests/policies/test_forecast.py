@@ -12,6 +12,8 @@ import pytest
 from policies.forecast import (
     SeriesForecaster,
     SkillTracker,
+    SortedSlopes,
+    Trend,
     TrendSettings,
     theil_sen,
     time_to_threshold,
@@ -199,3 +201,64 @@ def test_gpu_load_step_restarts_the_margin_trend() -> None:
         t += 1.0
     assert g.load_steps == 1 and 200.0 <= g.step_times[0] <= 211.0
     assert g.margin.time_to(0.0, falling=True, at=400.0) is None
+
+
+def _bits(trend: Trend | None) -> tuple[object, ...] | None:
+    """Every field of a trend, floats by their bits (0.0 and -0.0 differ)."""
+    if trend is None:
+        return None
+    floats = (trend.slope, trend.lo, trend.hi, trend.level, trend.t_ref, trend.span_s)
+    return (*(x.hex() for x in floats), trend.n)
+
+
+def _plain_fit(points: list[Bucket], settings: TrendSettings) -> Trend | None:
+    """SeriesForecaster's fit from scratch: theil_sen of the whole window and its recent half."""
+    if len(points) < settings.min_points:
+        return None
+    z = z_for(settings.confidence)
+    whole = theil_sen(points, z)
+    recent = theil_sen(points[len(points) // 2 :], z)
+    if whole is None or recent is None or recent.lo <= whole.slope <= recent.hi:
+        return whole
+    return recent if abs(recent.slope) < abs(whole.slope) else whole
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_kept_slopes_fit_as_theil_sen_does_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    settings = TrendSettings(bucket_s=10.0, window_s=rng.choice([60.0, 150.0, 300.0]))
+    f = SeriesForecaster(settings)
+    # Quantized readings give ties (equal slopes); a few denormals give slopes of -0.0.
+    levels = [0.0, 5e-324, -5e-324] if seed == 0 else [float(k) for k in range(-3, 4)]
+    since = -math.inf
+    t = 0.0
+    for _ in range(3000):
+        t += rng.choice([0.5, 1.0, 1.0, 3.0, 17.0])  # gaps close several buckets at once
+        if rng.random() < 0.003:  # a restart: the window grows again from nothing
+            since = t + rng.choice([0.0, 40.0])
+            f.restart(since)
+        if f.add(t, rng.choice(levels) + (rng.gauss(0.0, 0.5) if seed % 2 else 0.0)):
+            assert _bits(f.trend) == _bits(_plain_fit(f.window.buckets(since), settings))
+
+
+def test_kept_slopes_of_any_run_are_its_sorted_pair_slopes() -> None:
+    rng = random.Random(7)
+    pool = [Bucket(rng.uniform(0, 100), rng.gauss(0, 1), 1, 0.0, 0.0) for _ in range(40)]
+    kept = SortedSlopes()
+    start, end = 0, 3
+    for _ in range(2000):
+        # Mostly sliding or growing; now and then anywhere (times are out of order too).
+        if rng.random() < 0.05:
+            start = rng.randrange(len(pool) - 3)
+            end = rng.randrange(start + 3, len(pool) + 1)
+        else:
+            end = min(len(pool), end + rng.choice([0, 1, 1, 2]))
+            start = min(end - 3, start + rng.choice([0, 1, 1, 2]))
+        run = pool[start:end]
+        want = sorted(
+            (b.value - a.value) / (b.t - a.t)
+            for i, a in enumerate(run)
+            for b in run[i + 1 :]
+            if b.t > a.t
+        )
+        assert kept.of(run) == want
