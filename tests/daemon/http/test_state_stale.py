@@ -41,10 +41,16 @@ async def test_a_down_sources_values_turn_bad_when_the_policy_stops_using_them(
         assert live["quality"] == "good" and live["value"] == 51.0 and live["stale"] is False
 
         nvml.gpus[0].delay_s = 3.0  # NVML hangs: the source goes down, its values age
+        # The series' age is read when the state is asked for, the condition at the
+        # policy's last evaluation: wait for the evaluation after the values aged.
         state = await wait_for_result(
             lambda: _state(daemon.api_port),
-            lambda s: s["sources"]["gpus"]["health"] == "down" and _gpu0(s)["stale"],
-            what="gpus down and gpu0 stale",
+            lambda s: (
+                s["sources"]["gpus"]["health"] == "down"
+                and _gpu0(s)["stale"]
+                and s["condition"] == "unknown"
+            ),
+            what="gpus down, gpu0 stale and the node's condition unknown",
         )
         frozen = _gpu0(state)
         assert frozen["quality"] == "bad" and frozen["value"] is None
@@ -55,5 +61,4 @@ async def test_a_down_sources_values_turn_bad_when_the_policy_stops_using_them(
         # Every series of the down source: none of them is shown good.
         gpus = [s for s in state["series"] if s["source"] == "gpus"]
         assert gpus and all(s["quality"] != "good" for s in gpus)
-        assert state["condition"] == "unknown"  # as the policy sees it
         nvml.gpus[0].delay_s = 0.0
