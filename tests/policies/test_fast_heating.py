@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 
 import pytest
@@ -82,3 +83,56 @@ def test_a_loss_run_needs_two_samples_the_confirm_window_apart() -> None:
     run.update(6.0, False)  # one healthy sample ends the run
     run.update(7.0, True)
     assert not run.confirmed(5.0)
+
+
+class _ScanningGpu(GpuTracker):
+    """A GpuTracker that never finds its windows by bisection: every step by definition."""
+
+    __slots__ = ()
+
+    def _spans(self, now: float) -> None:
+        return None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_resistance_fast_path_keeps_what_its_definition_keeps(seed: int) -> None:
+    # Load steps, heating at flat power, a repair that cools the GPU at once (caps),
+    # jittered times, whole-degree readings: the bisected, cached and short-cut steps
+    # keep exactly (==) the samples and give the fast-heating rates that the
+    # definition (scanning every sample) gives.
+    rnd = random.Random(seed)
+    s = PolicySettings()
+    fast, slow = GpuTracker(s), _ScanningGpu(s)
+    reference, resistance, watts, t, temp = 30.0, 0.05, 600.0, 0.0, 60.0
+    again = 0.0
+    whole = rnd.random() < 0.5
+    for k in range(900):
+        t += 1.0 + rnd.uniform(-0.2, 0.2)
+        if k % 150 == 0:
+            watts = rnd.choice([150.0, 400.0, 650.0, 0.0])
+        if k == 500:
+            resistance = 0.03  # a cold plate reseated
+        steady = reference + resistance * watts
+        heating = 0.4 if 300 <= k < 360 else 0.0
+        temp += heating + 0.2 * (steady - temp) + rnd.gauss(0.0, 0.3)
+        value = float(round(temp)) if whole else temp
+        power = watts + rnd.gauss(0.0, 3.0)
+        for g in (fast, slow):
+            g.observe(_reading(SensorKind.GPU_POWER_LIMIT, t, 700.0))
+            g.observe(_reading(SensorKind.GPU_POWER, t, power))
+            r = _reading(SensorKind.GPU_TEMPERATURE, t, value)
+            g.observe(r)
+        # The time asked last, asked again now that a sample came in: a remembered
+        # place of the windows must not outlive the samples it was found in.
+        assert fast.heating_rate(again) == slow.heating_rate(again), k
+        for g in (fast, slow):
+            g.sample_resistance(r, reference)
+        assert list(fast.resistance.samples) == list(slow.resistance.samples), k
+        fastest = s.max_gpu_rate_c_per_min / 60.0
+        again = math.floor(t) + 2.0
+        for now in (t, t + 0.5, again):
+            assert fast.fast_heating(now, fastest) == slow.fast_heating(now, fastest), k
+            assert fast.heating_rate(now) == slow.heating_rate(now), k
+    assert fast.resistance.estimate(s.trend_min_points) == slow.resistance.estimate(
+        s.trend_min_points
+    )
