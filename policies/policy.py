@@ -256,7 +256,7 @@ class Policy:
             why_t = fresh(t.temperature, now, stale)[1]
             why_s = fresh(t.slowdown, now, stale)[1]
             detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
-            a = Assessment(subject, FaultDomain.GPU, Condition.UNKNOWN, now, detail=detail)
+            a = Assessment(subject, _GPU_DOMAIN, _UNKNOWN, now, detail=detail)
             return _Gpu(a, None, None, None, False, False)
         fast = _fast_heating(t, now, s)
         margin = slow - temp
@@ -289,19 +289,19 @@ class Policy:
             band = f"{early_w} to {late_w} at {s.confidence:.0%}"
             words.append(f"slowdown in ~{_minutes(ttt.point_s)} ({band})")
         if margin <= s.critical_margin_c:
-            cond = Condition.CRITICAL
+            cond = _CRITICAL
         elif (shut := fresh_value(t.shutdown, now, stale)) is not None and (
             shut - temp <= s.shutdown_margin_c
         ):
-            cond = Condition.CRITICAL
+            cond = _CRITICAL
             words.append(f"{shut - temp:.1f}C below shutdown {shut:.0f}C")
         elif margin <= s.enter_margin_c or predicted:
-            cond = Condition.WARNING
+            cond = _WARNING
         else:
-            cond = Condition.OK
+            cond = _OK
         a = Assessment(
             subject,
-            FaultDomain.GPU,
+            _GPU_DOMAIN,
             cond,
             now,
             value=temp,
@@ -311,7 +311,7 @@ class Policy:
             time_to_threshold_s=ttt.point_s if ttt is not None else None,
             detail=", ".join(words),
         )
-        only_forecast = cond is Condition.WARNING and margin > s.enter_margin_c
+        only_forecast = cond is _WARNING and margin > s.enter_margin_c
         return _Gpu(a, margin, ttt, fall, only_forecast, at_risk, fast, full)
 
     # -- rack evidence -----------------------------------------------------------
@@ -767,6 +767,15 @@ class Policy:
 
 
 _HOT = (Condition.WARNING, Condition.CRITICAL)
+# Enum members for the per-GPU step, as globals: on Python 3.11 a member looked up on
+# its class costs ten times a global, and _gpu runs for every GPU at every evaluation.
+_GPU_DOMAIN = FaultDomain.GPU
+_OK, _WARNING, _CRITICAL, _UNKNOWN = (
+    Condition.OK,
+    Condition.WARNING,
+    Condition.CRITICAL,
+    Condition.UNKNOWN,
+)
 _OPEN = Gates()
 _SHOWN = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
 
