@@ -707,7 +707,10 @@ class DecisionStore:
                 self._refused(err)
             if woke:
                 self.wakeup.set()
-            done.set_result(err is None)
+            # Its waiter may have been cancelled meanwhile (shutdown): the rows above
+            # are recorded all the same, there is only nobody left to tell.
+            if not done.done():
+                done.set_result(err is None)
 
         self._call(write).add_done_callback(finished)
         return done
@@ -844,7 +847,12 @@ class DecisionStore:
             out.set_result(None)
             return out
         key = self._insert(decision, decision.key, origin="policy")
-        self._flush().add_done_callback(lambda _: out.set_result(key))
+
+        def stored(_: asyncio.Future[bool]) -> None:
+            if not out.done():  # not cancelled by its waiter meanwhile (shutdown)
+                out.set_result(key)
+
+        self._flush().add_done_callback(stored)
         return out
 
     def enqueue_repair(self, intent: Decision, note: str) -> str | None:

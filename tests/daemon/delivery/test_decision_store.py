@@ -262,3 +262,33 @@ async def test_a_restart_on_a_full_disk_opens_the_outbox_and_holds_new_decisions
         assert [p.durable for p in store.pending()] == [True, False]
     finally:
         store.close()
+
+
+async def test_a_write_whose_waiter_was_cancelled_still_lands_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # At shutdown the delivery task is cancelled while it awaits a write: the write
+    # still lands and is recorded, and no callback raises into the event loop (it did:
+    # "InvalidStateError: invalid state" from setting a cancelled future's result).
+    store = DecisionStore(tmp_path / "o.db")
+    try:
+        submitted = store.submit(decision("n1", Action.DRAIN))
+        submitted.cancel()
+        await store.write(lambda db: None)  # the submit's write is done after this one
+        row = store.next_ready()
+        assert row is not None
+        marking = asyncio.ensure_future(store.mark_sent(row))
+        await asyncio.sleep(0)  # the mark's write is under way
+        marking.cancel()
+        await store.write(lambda db: None)
+        await asyncio.sleep(0)
+        assert store.not_durable() == 0 and row.sent
+        assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    finally:
+        store.close()
+    reopened = DecisionStore(tmp_path / "o.db")
+    try:
+        assert [p.decision.node for p in reopened.pending()] == ["n1"]
+        assert reopened.next_ready() is not None and reopened.next_ready().sent  # type: ignore[union-attr]
+    finally:
+        reopened.close()
