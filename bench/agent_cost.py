@@ -22,7 +22,9 @@ from bench.report import Row, median
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _config(port: int, interval: float, secret: Path) -> str:
+def _config(port: int, interval: float, secret: Path, outbox: Path) -> str:
+    # Each daemon its own outbox: the default path is one per machine, and a second
+    # daemon on it is refused at start.
     return f"""
 [node]
 name = "bench-node"
@@ -38,6 +40,7 @@ evaluate_interval_s = 1.0
 type = "webhook"
 url = "http://127.0.0.1:9/unused"
 secret_file = "{secret}"
+outbox_path = "{outbox}"
 """
 
 
@@ -107,13 +110,13 @@ def measure(seconds: float = 60.0) -> list[Row]:
         secret.write_text("bench")
         secret.chmod(0o600)
         procs: dict[str, subprocess.Popen[bytes]] = {}
-        for name, interval in (("agent", 1.0), ("idle", 3600.0)):
-            port = _free_port()
-            cfg = Path(tmp) / f"{name}.toml"
-            cfg.write_text(_config(port, interval, secret))
-            procs[name] = _start(cfg)
-            _wait_listening(port, procs[name])
         try:
+            for name, interval in (("agent", 1.0), ("idle", 3600.0)):
+                port = _free_port()
+                cfg = Path(tmp) / f"{name}.toml"
+                cfg.write_text(_config(port, interval, secret, Path(tmp) / f"{name}.sqlite3"))
+                procs[name] = _start(cfg)
+                _wait_listening(port, procs[name])
             time.sleep(3.0)  # past start-up: imports, first connect
             samples = {n: Sampled([], []) for n in procs}
             start = time.monotonic()
