@@ -23,5 +23,13 @@ class SourceSetupError(SourceError):
     """
 
 
+class SourceMismatch(SourceSetupError):
+    """The device works, but is not what the config names (a GPU index the node lacks).
+
+    A config error found on the node: check-config reports it too, where a missing
+    driver or an unreachable device is the machine's state, not the file's.
+    """
+
+
 class SourceBadData(SourceError):
     """The device answered with something that cannot be parsed at all."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import SourceError
+from adapters.errors import SourceError, SourceMismatch
 from daemon.config import Config, ConfigError, load_config
 from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
@@ -69,8 +69,34 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = _load_for_this_node(args, args.file)
     if config is None:
         return EXIT_CONFIG
+    problems = asyncio.run(_local_source_problems(config, args.nvml))
+    if problems:
+        _refuse(args.file, problems)
+        return EXIT_CONFIG
     print(f"{args.file}: OK (node {config.node.name}, {len(config.sources)} source(s))")
     return 0
+
+
+async def _local_source_problems(config: Config, nvml: Any) -> list[str]:
+    """What `run` would stop at in this node's own GPUs as the config names them (an index
+    the node lacks), as problems naming the source. NVML is local and answers at once;
+    a machine without the driver (a config checked off the node) is not the file's fault,
+    and an unreachable PDU or CDU is only retried by `run`."""
+    from daemon.config.sources import NvmlSourceConfig  # noqa: PLC0415
+    from daemon.service.build import first_connect  # noqa: PLC0415
+    from daemon.service.sources import build_adapter  # noqa: PLC0415
+
+    problems = []
+    for name, cfg in config.sources.items():
+        if not isinstance(cfg, NvmlSourceConfig):
+            continue
+        try:
+            await first_connect(build_adapter(name, cfg, nvml=nvml), cfg)
+        except SourceMismatch as err:
+            problems.append(f"sources.{name}.gpus: {err}")
+        except (SourceError, TimeoutError):
+            pass  # the machine's state, not the file's: `run` says so, or retries
+    return problems
 
 
 def cmd_run(args: argparse.Namespace) -> int:

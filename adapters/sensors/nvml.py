@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.blocking import DedicatedThread
-from adapters.errors import SourceSetupError, SourceUnavailable
+from adapters.errors import SourceMismatch, SourceSetupError, SourceUnavailable
 from policies.model import Quality, Reading, SensorKind
 
 # Slots of the eight readings each GPU yields, in output order.
@@ -274,7 +274,7 @@ class NvmlAdapter:
             indices = range(count) if self._requested is None else self._requested
             missing = [i for i in indices if not 0 <= i < count]
             if missing:
-                raise SourceSetupError(
+                raise SourceMismatch(
                     f"{self.name}: gpu_indices {missing} do not exist:"
                     f" this node has {count} GPUs (0..{count - 1})"
                 )
