@@ -46,15 +46,28 @@ def _bare(path: Path) -> bool:
 def read_secret(path: Path) -> bytes:
     """The secret's bytes with surrounding whitespace removed (files usually end in a newline).
 
-    Under systemd, a bare file name is looked up in $CREDENTIALS_DIRECTORY
-    (LoadCredential=), so the unit and the config can name the same credential.
+    Under systemd a configured file may be read from $CREDENTIALS_DIRECTORY
+    (LoadCredential=; see resolve_secret), so the unit and the config name the same
+    credential.
     """
     return resolve_secret(path).read_bytes().strip()
 
 
 def resolve_secret(path: Path) -> Path:
-    """Where a configured secret file really is (see read_secret)."""
+    """Where a configured secret file really is (see read_secret).
+
+    Under systemd (``$CREDENTIALS_DIRECTORY`` set) a bare name is a credential; so
+    is a path the service cannot read when a credential of its file name was loaded
+    (``LoadCredential=webhook.key:/etc/rackguard/credentials/webhook.key``): the
+    DynamicUser cannot open the root-only original, only systemd's copy of it. The
+    same config then names the real file for ``check-config`` from a root shell.
+    """
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds and _bare(path):
+    if not creds:
+        return path
+    if _bare(path):
         return Path(creds) / path
+    copy = Path(creds) / path.name
+    if not os.access(path, os.R_OK) and copy.is_file():
+        return copy
     return path

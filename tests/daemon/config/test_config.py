@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,9 @@ type = "nvml"
 
 
 def with_secret(text: str, secret: Path) -> str:
-    return text.replace('secret_file = "webhook.key"', f'secret_file = "{secret}"')
+    old = 'secret_file = "/etc/rackguard/credentials/webhook.key"'
+    assert old in text
+    return text.replace(old, f'secret_file = "{secret}"')
 
 
 def test_example_config_loads(secret_file: Path) -> None:
@@ -194,7 +197,7 @@ def test_example_commented_sources_are_valid(
     secret_file: Path, header: str, source: str, kind: str
 ) -> None:
     example = with_secret(EXAMPLE.read_text(), secret_file)
-    example = example.replace('"pdu-a.community"', f'"{secret_file}"')
+    example = example.replace('"/etc/rackguard/credentials/pdu-a.community"', f'"{secret_file}"')
     text = uncomment_block(example, header)
     cfg = parse_config(text)
     assert cfg.sources[source].type == kind
@@ -294,3 +297,76 @@ def test_a_bare_credential_name_outside_systemd_says_why_it_cannot_be_read(
     key.chmod(0o600)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path / "creds"))
     assert secret_problem(resolve_secret(Path("webhook.key"))) is None
+
+
+def test_a_credential_path_the_service_cannot_read_is_read_from_its_systemd_copy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The shipped config names the real file (/etc/rackguard/credentials/webhook.key,
+    # root-only); under systemd the DynamicUser reads LoadCredential='s copy of it.
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    copy = creds / "webhook.key"
+    copy.write_text("k" * 32)
+    copy.chmod(0o600)
+    unreadable = tmp_path / "root-only" / "webhook.key"  # cannot be opened from here
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    assert resolve_secret(unreadable) == copy
+    assert secret_problem(resolve_secret(unreadable)) is None
+    # A file the service can read is read where it is; no copy of that name: the path.
+    readable = tmp_path / "webhook.key"
+    readable.write_text("r" * 32)
+    assert resolve_secret(readable) == readable
+    other = tmp_path / "root-only" / "slurm.jwt"
+    assert resolve_secret(other) == other
+    # Outside systemd a path is only ever the path.
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    assert resolve_secret(unreadable) == unreadable
+
+
+def test_check_config_takes_the_shipped_example_with_its_secret_where_it_says(
+    tmp_path: Path,
+) -> None:
+    # The example names its secret by path, so a root shell checks it as written,
+    # without $CREDENTIALS_DIRECTORY (here the folder is moved under tmp_path).
+    creds = tmp_path / "credentials"
+    creds.mkdir(mode=0o700)
+    key = creds / "webhook.key"
+    key.write_text("k" * 32)
+    key.chmod(0o600)
+    text = EXAMPLE.read_text().replace("/etc/rackguard/credentials/", f"{creds}/")
+    outbox = 'outbox_path = "/var/lib/rackguard/outbox.sqlite3"'
+    text = text.replace(outbox, f'outbox_path = "{tmp_path / "outbox.sqlite3"}"', 1)
+    config = tmp_path / "rackguard.toml"
+    config.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "CREDENTIALS_DIRECTORY"}
+    run = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_check_config_refuses_a_gpu_index_this_node_lacks(
+    tmp_path: Path, secret_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `run` stops at start on it (the first NVML connect), so check-config says it first.
+    from fakes.nvml_module import simulated_node  # noqa: PLC0415
+
+    text = with_secret(EXAMPLE.read_text(), secret_file)
+    outbox = 'outbox_path = "/var/lib/rackguard/outbox.sqlite3"'
+    text = text.replace(outbox, f'outbox_path = "{tmp_path / "o.sqlite3"}"', 1)
+    assert "\ngpus = []\n" in text
+    text = text.replace("\ngpus = []\n", "\ngpus = [8]\n", 1)
+    path = tmp_path / "rg.toml"
+    path.write_text(text)
+    assert main(["check-config", str(path)], nvml=simulated_node()) == 2
+    err = capsys.readouterr().err
+    assert "sources.gpus.gpus: gpus: gpu_indices [8] do not exist: this node has 8 GPUs" in err
+    # The same node's GPUs that exist: accepted.
+    path.write_text(text.replace("gpus = [8]\n", "gpus = [0, 7]\n", 1))
+    assert main(["check-config", str(path)], nvml=simulated_node()) == 0
