@@ -6,8 +6,10 @@ writer. Measured: the replay command over the file (read, decode, the policy
 evaluating every node every second, the decision lines written to a null sink),
 in readings per second; reference: ``orjson.loads`` of every line of the same
 file, in lines per second, in the same run. Target: replay within 3x the parse
-time. CPU time of this process (both are single-threaded), so a machine shared
-with other work measures the same; median of ``repeats`` runs of each, interleaved.
+time. Two replay rows: the policy's sources, and the build ``make native`` compiles
+from them (policies/native.py), each timed in a process of its own. CPU time (all
+three are single-threaded), so a machine shared with other work measures the same;
+median of ``repeats`` runs of each, interleaved.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +30,7 @@ from bench.report import Row, median
 from daemon.replay.command import run_replay
 from fakes.sim import load_scenario
 from fakes.sim.trace_writer import write_trace
+from policies import native
 
 SCENARIO = "chiller-loss"
 DURATION_S = 3600.0
@@ -56,28 +62,63 @@ def _replay_s(path: Path) -> float:
     return elapsed
 
 
+def _replay_child_s(path: Path, *, compiled: bool) -> float:
+    """_replay_s in a fresh interpreter, on the sources or on the compiled build.
+
+    A process imports the policy once, sources or build, so each side is its own
+    process; the time is still that process's CPU time over the replay alone.
+    """
+    env = {**os.environ, native.PURE_ENV: "0" if compiled else "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.replay_speed", "--child", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"replay child failed: {done.stderr[-2000:]}")
+    took, was_compiled = done.stdout.split()
+    if was_compiled != str(compiled):
+        raise RuntimeError(f"replay child ran {'compiled' if compiled else 'sources'}: no")
+    return float(took)
+
+
 def measure(repeats: int = 3) -> list[Row]:
-    """Replay and parse rates over one freshly written trace."""
+    """Replay rates, sources and compiled build, and the parse rate over one trace."""
+    why_not = native.build_problem()
     with tempfile.TemporaryDirectory(prefix="rg-bench-replay-") as folder:
         path = Path(folder) / "fleet.jsonl"
         readings = write_fleet_trace(path)
-        parse, replay = [], []
+        parse: list[float] = []
+        pure: list[float] = []
+        compiled: list[float] = []
         for _ in range(repeats):
             parse.append(_parse_s(path))
-            replay.append(_replay_s(path))
-    parse_s, replay_s = median(parse), median(replay)
-    ratio = replay_s / parse_s
-    return [
-        Row(
-            f"replay readings/s (4x8 GPUs, 1 h {SCENARIO} trace, {readings} readings)",
-            readings / replay_s,
-            "readings/s",
-            "orjson.loads of each line",
-            readings / parse_s,
-            target=f"replay <= {TARGET_RATIO:.0f}x parse time (now {ratio:.2f}x)",
-            ok=ratio <= TARGET_RATIO,
+            pure.append(_replay_child_s(path, compiled=False))
+            if not why_not:
+                compiled.append(_replay_child_s(path, compiled=True))
+    parse_s = median(parse)
+    trace = f"4x8 GPUs, 1 h {SCENARIO} trace, {readings} readings"
+    rows = []
+    for label, times in (("sources", pure), ("compiled, make native", compiled)):
+        if not times:
+            print(f"bench replay: no compiled row: {why_not}", file=sys.stderr)
+            continue
+        replay_s = median(times)
+        ratio = replay_s / parse_s
+        rows.append(
+            Row(
+                f"replay readings/s ({label}; {trace})",
+                readings / replay_s,
+                "readings/s",
+                "orjson.loads of each line",
+                readings / parse_s,
+                target=f"replay <= {TARGET_RATIO:.0f}x parse time (now {ratio:.2f}x)",
+                ok=ratio <= TARGET_RATIO,
+            )
         )
-    ]
+    return rows
 
 
 def main() -> None:
@@ -86,7 +127,11 @@ def main() -> None:
 
     p = argparse.ArgumentParser(prog="python -m bench.replay_speed")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one timed replay
     args = p.parse_args()
+    if args.child is not None:
+        print(f"{_replay_s(args.child):.6f} {native.COMPILED}")
+        return
     print(render(measure(args.repeats)))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import combinations, pairwise, takewhile
 from operator import itemgetter, sub
+from typing import ClassVar
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
@@ -608,7 +609,7 @@ class SlowSeries:
     level from long ago does not stay the reference for good.
     """
 
-    REFERENCE_S = 1800.0
+    REFERENCE_S: ClassVar[float] = 1800.0
 
     __slots__ = (
         "_peaks",
