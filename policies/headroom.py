@@ -27,6 +27,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from policies.window import finite
+
 
 @dataclass(frozen=True, slots=True)
 class Resistance:
@@ -66,7 +68,7 @@ class ResistanceEstimator:
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
         """One sample; a bucket counts only if every one of its samples was steady."""
-        if not (math.isfinite(t) and math.isfinite(delta_t) and math.isfinite(power)):
+        if not (finite(t) and finite(delta_t) and finite(power)):
             return
         index = math.floor(t / self._bucket_s)
         if index != self._bucket:
@@ -89,11 +91,11 @@ class ResistanceEstimator:
 
     def capped_by(self, bound: float) -> bool:
         """Whether :meth:`cap` with ``bound`` would change the samples."""
-        return math.isfinite(bound) and self.highest > bound
+        return finite(bound) and self.highest > bound
 
     def cap(self, bound: float) -> None:
         """The resistance is at most ``bound`` now: samples above it are of another plate."""
-        if math.isfinite(bound) and any(x > bound for x in self.samples):
+        if finite(bound) and any(x > bound for x in self.samples):
             capped = [min(x, bound) for x in self.samples]
             self.samples.clear()
             self.samples.extend(capped)
@@ -102,7 +104,7 @@ class ResistanceEstimator:
 
     def _close(self) -> None:
         total, n = self._sum
-        if n > 0 and math.isfinite(total):
+        if n > 0 and finite(total):
             self.samples.append(total / n)
             self._high = None
             self._taken += 1

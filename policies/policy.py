@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 import msgspec
 
@@ -766,18 +767,16 @@ class Policy:
         return not (state.domain is FaultDomain.RACK and air.monitored and not air.healthy)
 
 
-_HOT = (Condition.WARNING, Condition.CRITICAL)
+_HOT: Final = (Condition.WARNING, Condition.CRITICAL)
 # Enum members for the per-GPU step, as globals: on Python 3.11 a member looked up on
 # its class costs ten times a global, and _gpu runs for every GPU at every evaluation.
-_GPU_DOMAIN = FaultDomain.GPU
-_OK, _WARNING, _CRITICAL, _UNKNOWN = (
-    Condition.OK,
-    Condition.WARNING,
-    Condition.CRITICAL,
-    Condition.UNKNOWN,
-)
-_OPEN = Gates()
-_SHOWN = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
+_GPU_DOMAIN: Final = FaultDomain.GPU
+_OK: Final = Condition.OK
+_WARNING: Final = Condition.WARNING
+_CRITICAL: Final = Condition.CRITICAL
+_UNKNOWN: Final = Condition.UNKNOWN
+_OPEN: Final = Gates()
+_SHOWN: Final = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
 
 
 def _order(gpu: str) -> tuple[int, str]:

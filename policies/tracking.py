@@ -9,31 +9,30 @@ latest reading on every evaluation.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import combinations, pairwise, takewhile
 from operator import itemgetter, sub
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
 from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
-from policies.window import BucketWindow
+from policies.window import BucketWindow, finite
 
-_NOMINAL_POWER_LIMIT_W = 500.0  # load-step scale when a GPU reports no power limit
+_NOMINAL_POWER_LIMIT_W: Final = 500.0  # load-step scale when a GPU reports no power limit
 
 
-_GPU_KINDS = frozenset(k for k in SensorKind if k.value.startswith("gpu_"))
-_TEMPERATURE = SensorKind.GPU_TEMPERATURE
-_SLOWDOWN = SensorKind.GPU_SLOWDOWN_THRESHOLD
-_SHUTDOWN = SensorKind.GPU_SHUTDOWN_THRESHOLD
-_POWER = SensorKind.GPU_POWER
-_POWER_LIMIT = SensorKind.GPU_POWER_LIMIT
-_GOOD = Quality.GOOD
+_GPU_KINDS: Final = frozenset(k for k in SensorKind if k.value.startswith("gpu_"))
+_TEMPERATURE: Final = SensorKind.GPU_TEMPERATURE
+_SLOWDOWN: Final = SensorKind.GPU_SLOWDOWN_THRESHOLD
+_SHUTDOWN: Final = SensorKind.GPU_SHUTDOWN_THRESHOLD
+_POWER: Final = SensorKind.GPU_POWER
+_POWER_LIMIT: Final = SensorKind.GPU_POWER_LIMIT
+_GOOD: Final = Quality.GOOD
 
 
 def gpu_kind(kind: SensorKind) -> bool:
@@ -69,14 +68,14 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
     if r is None or r.quality is not _GOOD:
         return None
     value = r.value
-    if value is None or not math.isfinite(value) or now - r.mono > stale_after_s:
+    if value is None or not finite(value) or now - r.mono > stale_after_s:
         return None
     return value
 
 
-_MAX_SLOPE_POINTS = 16  # bounds the pairwise fit's cost whatever the sample rate
-_SLOPE_CACHE = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
-_UNSEEN = object()  # a slope not in the cache (None is a cached answer)
+_MAX_SLOPE_POINTS: Final = 16  # bounds the pairwise fit's cost whatever the sample rate
+_SLOPE_CACHE: Final = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
+_UNSEEN: Final = object()  # a slope not in the cache (None is a cached answer)
 _Sample = tuple[float, float]
 _Spans = tuple[int, int, int, int]  # older window start:end, newer window start:end
 _time = itemgetter(0)
@@ -110,8 +109,16 @@ def _median_slope_of(times: list[float], values: list[float]) -> float | None:
         return median_slope(zip(times, values, strict=True))
     if n < 4:
         return None
-    pts = zip(times, values, strict=True)
-    slopes = [(v1 - v0) / (t1 - t0) for (t0, v0), (t1, v1) in combinations(pts, 2) if t1 > t0]
+    # combinations() of the points, written out: the same slopes in the same order
+    # (so the same median, ties of 0.0 and -0.0 included), and loops a compiled build
+    # runs on native floats.
+    slopes: list[float] = []
+    for i in range(n - 1):
+        t0, v0 = times[i], values[i]
+        for j in range(i + 1, n):
+            t1 = times[j]
+            if t1 > t0:
+                slopes.append((values[j] - v0) / (t1 - t0))
     slopes.sort()
     if not slopes:
         return None
@@ -201,7 +208,7 @@ class RecentSamples:
         samples = self.samples
         if samples and t <= samples[-1][0]:
             return
-        if not math.isfinite(t):
+        if not finite(t):
             self.ordered = False
         sample = (t, value)
         samples.append(sample)
@@ -258,7 +265,7 @@ class TimedValues:
         times = self.times
         if len(times) > self.head and t <= times[-1]:
             return
-        if not math.isfinite(t):
+        if not finite(t):
             self.ordered = False
         times.append(t)
         self.values.append(value)
@@ -289,11 +296,16 @@ class GpuTracker:
     """One GPU: its latest readings, its thermal-margin forecaster and load-step detection."""
 
     __slots__ = (
+        "_confirm_s",
+        "_fastest",
         "_last_spans",
         "_power",
+        "_power_keep_s",
         "_power_ref",
         "_settings",
         "_slopes",
+        "_stale_s",
+        "_temp_keep_s",
         "limit",
         "load_steps",
         "margin",
@@ -309,6 +321,13 @@ class GpuTracker:
 
     def __init__(self, settings: PolicySettings) -> None:
         self._settings = settings
+        # The settings read at every sample, as attributes of this class (compiled,
+        # a native field read; the settings' own fields are a dictionary lookup).
+        self._stale_s = settings.stale_after_s
+        self._confirm_s = settings.flow_loss_confirm_s
+        self._fastest = settings.max_gpu_rate_c_per_min / 60.0
+        self._temp_keep_s = 2 * settings.flow_loss_confirm_s + 1.0
+        self._power_keep_s = max(settings.load_settle_s, 2 * settings.flow_loss_confirm_s)
         self.temperature: Reading | None = None
         self.slowdown: Reading | None = None
         self.shutdown: Reading | None = None
@@ -342,7 +361,7 @@ class GpuTracker:
             return
         assert r.value is not None and p.value is not None
         now = r.mono
-        if now - p.mono > self._settings.stale_after_s:
+        if now - p.mono > self._stale_s:
             return
         # Asked at every temperature sample, the replay's hot path: each step below is
         # taken only when its answer can change what is kept.
@@ -371,7 +390,7 @@ class GpuTracker:
         # (only the newer window counts here; the rate needs both to be defined).
         steady = self.power_steady()
         if steady:
-            fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+            fastest = self._fastest
             a = self._slope(n_start, n_end)
             # |a| <= fastest is steady whatever the older window says, and whatever
             # one reading step resolves it to (0.0 is slower still).
@@ -388,7 +407,7 @@ class GpuTracker:
         if self._cooling_at_flat_power(values, now) and watts > 0.0:
             self.resistance.cap((values[0][-1] - reference) / watts)
         rates = self.heating_rate(now)
-        fastest = self._settings.max_gpu_rate_c_per_min / 60.0
+        fastest = self._fastest
         steady = self.power_steady() and (rates is None or abs(rates[0]) <= fastest)
         self.resistance.add(now, r.value - reference, watts, steady)
 
@@ -473,9 +492,9 @@ class GpuTracker:
         last = self._last_spans
         if last is not None and last[0] == now and last[1] == recent.added:
             return last[2]
-        w = self._settings.flow_loss_confirm_s
+        w = self._confirm_s
         lo, mid = now - 2 * w, now - w
-        if not (recent.ordered and math.isfinite(lo) and math.isfinite(mid)):
+        if not (recent.ordered and finite(lo) and finite(mid)):
             return None
         times, head = recent.times, recent.head
         n_end = bisect_right(times, now, head)
@@ -493,7 +512,7 @@ class GpuTracker:
         """The temperature samples of the newer (``now - w <= t <= now``) and the older window."""
         recent = self.recent_temp
         if spans is None:
-            w = self._settings.flow_loss_confirm_s
+            w = self._confirm_s
             lo, mid = now - 2 * w, now - w
             samples = recent.samples
             return (
@@ -530,7 +549,7 @@ class GpuTracker:
         newer, older = values
         if len(newer) < 3 or len(older) < 3 or _mid(newer) >= _mid(older):
             return False
-        since = now - 2 * self._settings.flow_loss_confirm_s
+        since = now - 2 * self._confirm_s
         recent = takewhile(lambda x: x[0] >= since, reversed(self.recent_power.samples))
         watts = [v for _, v in recent]
         return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
@@ -554,9 +573,8 @@ class GpuTracker:
             self.temperature = r
             value = r.value
             if r.quality is _GOOD and value is not None:
-                if math.isfinite(value):  # usable (a reading forged past its checks is not)
-                    keep = 2 * self._settings.flow_loss_confirm_s + 1.0
-                    self.recent_temp.add(r.mono, value, keep)
+                if finite(value):  # usable (a reading forged past its checks is not)
+                    self.recent_temp.add(r.mono, value, self._temp_keep_s)
                 slow = self.slowdown
                 if slow is not None and slow.quality is _GOOD:
                     assert slow.value is not None
@@ -567,9 +585,8 @@ class GpuTracker:
             self.power = r
             value = r.value
             if r.quality is _GOOD and value is not None:
-                if math.isfinite(value):
-                    keep = max(self._settings.load_settle_s, 2 * self._settings.flow_loss_confirm_s)
-                    self.recent_power.add(r.mono, value, keep)
+                if finite(value):
+                    self.recent_power.add(r.mono, value, self._power_keep_s)
                 if self._power.add(r.mono, value):
                     self._check_load_step()
         elif kind is _POWER_LIMIT:
@@ -700,21 +717,21 @@ class SlowSeries:
 
 
 # Rack-level kinds the policy forecasts.
-_SLOW_RACK_KINDS = (
+_SLOW_RACK_KINDS: Final = (
     SensorKind.INLET_TEMPERATURE,
     SensorKind.COOLANT_SUPPLY_TEMPERATURE,
     SensorKind.COOLANT_RETURN_TEMPERATURE,
     SensorKind.COOLANT_FLOW,
 )
 # Rack-level kinds the policy only needs the latest value of.
-_STATE_RACK_KINDS = (
+_STATE_RACK_KINDS: Final = (
     SensorKind.PUMP_STATE,
     SensorKind.LEAK,
     SensorKind.POWER,
     SensorKind.COOLANT_SUPPLY_LIMIT,
 )
 # Kinds whose polls tell whether the cooling unit is answering.
-_COOLANT_KINDS = frozenset(
+_COOLANT_KINDS: Final = frozenset(
     {
         SensorKind.COOLANT_SUPPLY_TEMPERATURE,
         SensorKind.COOLANT_RETURN_TEMPERATURE,
