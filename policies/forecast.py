@@ -22,8 +22,6 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import islice
-from operator import is_
 from statistics import NormalDist
 
 from policies.window import Bucket, BucketWindow
@@ -257,11 +255,14 @@ class SortedSlopes:
             if b is first:
                 break
             drop += 1
-        if (
-            drop == len(kept)
-            or len(kept) - drop > len(run)
-            or not all(map(is_, islice(kept, drop, None), run))
-        ):
+        n = len(kept)
+        # Index loops, not islice() and map(): a compiled build runs them natively.
+        later = drop < n and n - drop <= len(run)
+        i = drop
+        while later and i < n:
+            later = kept[i] is run[i - drop]
+            i += 1
+        if not later:
             # Not a later state of the kept run (a restart, a trimmed window): afresh.
             kept, slopes = [], []
             self._buckets, self._slopes = kept, slopes
@@ -269,7 +270,8 @@ class SortedSlopes:
             for i in range(drop):
                 a = kept[i]
                 t, y = a.t, a.value
-                for b in islice(kept, i + 1, None):
+                for j in range(i + 1, n):
+                    b = kept[j]
                     if b.t > t:
                         del slopes[bisect_left(slopes, (b.value - y) / (b.t - t))]
             del kept[:drop]

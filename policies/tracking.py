@@ -9,6 +9,7 @@ latest reading on every evaluation.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -49,11 +50,17 @@ def absent(r: Reading | None, ever_usable: bool) -> bool:
     return r is not None and r.quality is Quality.ABSENT and not ever_usable
 
 
+def usable(r: Reading) -> bool:
+    """``r.usable``: a module function, which a compiled caller calls natively."""
+    value = r.value
+    return r.quality is _GOOD and value is not None and finite(value)
+
+
 def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | None, str]:
     """The value of a reading a policy may act on now, or None and why not."""
     if r is None:
         return None, "no reading"
-    if not r.usable or r.value is None:
+    if not usable(r) or r.value is None:
         return None, f"{r.quality.value}: {r.reason}"
     age = now - r.mono
     if age > stale_after_s:
@@ -298,12 +305,14 @@ class GpuTracker:
     __slots__ = (
         "_confirm_s",
         "_fastest",
-        "_last_spans",
         "_power",
         "_power_keep_s",
         "_power_ref",
         "_settings",
         "_slopes",
+        "_spans_added",
+        "_spans_at",
+        "_spans_found",
         "_stale_s",
         "_temp_keep_s",
         "limit",
@@ -345,8 +354,11 @@ class GpuTracker:
         self.recent_temp = TimedValues()
         self.recent_power = RecentSamples()
         # The slopes of recent windows (a pure function of their samples), by place.
-        self._slopes: dict[tuple[int, int], float | None] = {}
-        self._last_spans: tuple[float, int, _Spans] | None = None  # now, samples taken, spans
+        self._slopes: dict[int, float | None] = {}
+        # The windows' place last found: at what time, after how many samples taken.
+        self._spans_at = math.nan  # equal to no time
+        self._spans_added = -1
+        self._spans_found: _Spans | None = None
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
         keep = 2 * settings.trend_min_points
@@ -357,7 +369,7 @@ class GpuTracker:
     def sample_resistance(self, r: Reading, reference: float | None) -> None:
         """Feed the thermal-resistance estimate with a temperature reading, if steady."""
         p = self.power
-        if reference is None or p is None or not (r.usable and p.usable):
+        if reference is None or p is None or not (usable(r) and usable(p)):
             return
         assert r.value is not None and p.value is not None
         now = r.mono
@@ -467,7 +479,8 @@ class GpuTracker:
             return None
         recent = self.recent_temp
         first = recent.added - len(recent.times)
-        key = (first + start, first + end)
+        # One int for (first sample, length): no tuple to build and hash per look-up.
+        key = (first + start) << 32 | (end - start)
         cache = self._slopes
         slope = cache.get(key, _UNSEEN)
         if slope is not _UNSEEN:
@@ -489,9 +502,8 @@ class GpuTracker:
         recent = self.recent_temp
         # Asked at a sample's time and again at the evaluation after it, usually the
         # same time: remembered while no sample is taken.
-        last = self._last_spans
-        if last is not None and last[0] == now and last[1] == recent.added:
-            return last[2]
+        if self._spans_at == now and self._spans_added == recent.added:
+            return self._spans_found
         w = self._confirm_s
         lo, mid = now - 2 * w, now - w
         if not (recent.ordered and finite(lo) and finite(mid)):
@@ -505,7 +517,7 @@ class GpuTracker:
             bisect_left(times, mid, head, o_end),
             n_end,
         )
-        self._last_spans = (now, recent.added, spans)
+        self._spans_at, self._spans_added, self._spans_found = now, recent.added, spans
         return spans
 
     def _windows_of(self, now: float, spans: _Spans | None) -> tuple[list[_Sample], list[_Sample]]:
@@ -555,7 +567,7 @@ class GpuTracker:
         return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
 
     def _load_step_w(self) -> float:
-        limit = self.limit.value if self.limit is not None and self.limit.usable else None
+        limit = self.limit.value if self.limit is not None and usable(self.limit) else None
         return self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
 
     def power_steady(self) -> bool:
