@@ -79,7 +79,10 @@ from policies.tracking import (
     fresh_value,
 )
 
+# The settings the trackers build their windows and fits with: a reload changing one
+# starts them afresh. The trackers read the others as they go (Tracker.settings).
 _TRACKER_FIELDS = (
+    "critical_margin_c",  # the GPU margin forecaster's floor
     "trend_bucket_s",
     "trend_window_s",
     "trend_min_points",

@@ -329,14 +329,7 @@ class GpuTracker:
     )
 
     def __init__(self, settings: PolicySettings) -> None:
-        self._settings = settings
-        # The settings read at every sample, as attributes of this class (compiled,
-        # a native field read; the settings' own fields are a dictionary lookup).
-        self._stale_s = settings.stale_after_s
-        self._confirm_s = settings.flow_loss_confirm_s
-        self._fastest = settings.max_gpu_rate_c_per_min / 60.0
-        self._temp_keep_s = 2 * settings.flow_loss_confirm_s + 1.0
-        self._power_keep_s = max(settings.load_settle_s, 2 * settings.flow_loss_confirm_s)
+        self.configure(settings)
         self.temperature: Reading | None = None
         self.slowdown: Reading | None = None
         self.shutdown: Reading | None = None
@@ -355,16 +348,28 @@ class GpuTracker:
         self.recent_power = RecentSamples()
         # The slopes of recent windows (a pure function of their samples), by place.
         self._slopes: dict[int, float | None] = {}
-        # The windows' place last found: at what time, after how many samples taken.
-        self._spans_at = math.nan  # equal to no time
-        self._spans_added = -1
-        self._spans_found: _Spans | None = None
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
         keep = 2 * settings.trend_min_points
         self.resistance = ResistanceEstimator(
             settings.trend_bucket_s, keep, z_for(settings.confidence)
         )
+
+    def configure(self, settings: PolicySettings) -> None:
+        """Read these settings from now on (a reload that keeps the windows' shape)."""
+        self._settings = settings
+        # The settings read at every sample, as attributes of this class (compiled,
+        # a native field read; the settings' own fields are a dictionary lookup).
+        self._stale_s = settings.stale_after_s
+        self._confirm_s = settings.flow_loss_confirm_s
+        self._fastest = settings.max_gpu_rate_c_per_min / 60.0
+        self._temp_keep_s = 2 * settings.flow_loss_confirm_s + 1.0
+        self._power_keep_s = max(settings.load_settle_s, 2 * settings.flow_loss_confirm_s)
+        # The windows' place last found, at what time after how many samples taken:
+        # forgotten, as the windows' width may have changed.
+        self._spans_at = math.nan  # equal to no time
+        self._spans_added = -1
+        self._spans_found: _Spans | None = None
 
     def sample_resistance(self, r: Reading, reference: float | None) -> None:
         """Feed the thermal-resistance estimate with a temperature reading, if steady."""
@@ -769,6 +774,11 @@ class RackTracker:
         self._observed = 0  # readings taken: a version number for the cached reference
         self._reference: tuple[float, int, float | None] | None = None
 
+    def configure(self, settings: PolicySettings) -> None:
+        """Read these settings from now on (a reload that keeps the windows' shape)."""
+        self._settings = settings
+        self._reference = None  # found with the old staleness
+
     def observe(self, r: Reading) -> None:
         """Take one rack-level reading; kinds the policy does not use are ignored."""
         self._observed += 1
@@ -851,12 +861,28 @@ class Tracker:
         *,
         default_node: str | None = None,
     ) -> None:
-        self.settings = settings
+        self._settings = settings
         self.racks = dict(racks)
         self.rack_of = {node: rack for rack, nodes in racks.items() for node in nodes}
         self.default_node = default_node
         self.nodes: dict[str, NodeTracker] = {n: NodeTracker() for n in self.rack_of}
         self.rack: dict[str, RackTracker] = {rk: RackTracker(settings) for rk in racks}
+
+    @property
+    def settings(self) -> PolicySettings:
+        """The settings every tracker reads."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, new: PolicySettings) -> None:
+        # A reload that keeps the windows' shape (Policy.settings): the trackers kept
+        # read the new values too, not only the GPUs and racks seen after it.
+        self._settings = new
+        for node in self.nodes.values():
+            for g in node.gpus.values():
+                g.configure(new)
+        for rt in self.rack.values():
+            rt.configure(new)
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
