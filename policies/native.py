@@ -5,13 +5,14 @@ compiler mypy ships: it reads the type hints this code already has) into
 ``build/native/``, with a manifest of the SHA-256 of every ``policies/*.py`` they
 were built from. At the first import of ``policies`` this module checks that
 manifest against the sources beside it; only if every digest, the interpreter's
-ABI and the compiled library itself check out does it put the compiled directory
-first on the package's ``__path__``. Otherwise, silently, nothing changes and the
-``.py`` files run: an edited source can never be shadowed by a stale build, and a
-node installed from a wheel runs pure Python.
+ABI, the compiled files' own digests and the library's import check out does it
+put the compiled directory first on the package's ``__path__``. Otherwise,
+silently, nothing changes and the ``.py`` files run: an edited source is never
+shadowed by a stale build, a damaged build is never loaded, and a node installed
+from a wheel runs pure Python.
 
 The compiled modules are the same code (the replay goldens hold for both, see
-``tests/policies/test_native.py``), about a third faster. ``RACKGUARD_PURE_PYTHON=1``
+``tests/policies/test_native.py``), replay about 1.5x faster. ``RACKGUARD_PURE_PYTHON=1``
 turns them off.
 """
 
@@ -57,6 +58,16 @@ def source_digests(source_dir: Path = SOURCE_DIR) -> dict[str, str]:
     }
 
 
+def compiled_digests(build_dir: Path) -> dict[str, str]:
+    """The SHA-256 of every file the build put in ``build_dir/policies``, by file name."""
+    folder = build_dir / "policies"
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.is_file()
+    }
+
+
 def abi_tag() -> str:
     """What a compiled module is tied to: the interpreter and its extension suffix."""
     return f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
@@ -80,6 +91,14 @@ def build_problem(build_dir: Path = BUILD_DIR) -> str:
         return f"cannot read the sources: {e}"
     if manifest.get("sources") != digests:
         return "stale: the sources changed since the build (make native)"
+    # The compiled files as built, every one: a truncated library crashes the process
+    # that maps it (SIGBUS), and a missing module would mix compiled and source classes.
+    try:
+        compiled = compiled_digests(build_dir)
+    except OSError as e:
+        return f"cannot read the build: {e}"
+    if manifest.get("compiled") != compiled:
+        return "damaged: the compiled files differ from the build's (make native)"
     return ""
 
 

@@ -46,6 +46,7 @@ def build(root: Path) -> Path:
             "abi": native.abi_tag(),
             "modules": list(native.COMPILED_MODULES),
             "sources": digests,
+            "compiled": native.compiled_digests(staged),
         }
         # The manifest first: a process importing the package meanwhile sees no build.
         (out / native.MANIFEST).unlink(missing_ok=True)

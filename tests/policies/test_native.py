@@ -99,6 +99,18 @@ def test_a_build_for_another_interpreter_is_refused(built: Path, tmp_path: Path)
     assert "this interpreter is" in native.build_problem(copy)
 
 
+def test_a_damaged_build_is_refused(built: Path, tmp_path: Path) -> None:
+    # A truncated library would crash the process that maps it: it is never loaded.
+    copy = _copy(built, tmp_path)
+    library = next((copy / "policies").glob(f"{native.GROUP}__mypyc*"))
+    library.write_bytes(library.read_bytes()[:4096])
+    assert native.build_problem(copy).startswith("damaged")
+    # One module missing would mix compiled and source classes of one package.
+    copy = _copy(built, tmp_path / "again")
+    next((copy / "policies").glob("tracking.*")).unlink()
+    assert native.build_problem(copy).startswith("damaged")
+
+
 @pytest.mark.parametrize(
     ("content", "why"),
     [
