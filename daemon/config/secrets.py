@@ -58,7 +58,7 @@ def resolve_secret(path: Path) -> Path:
 
     Under systemd (``$CREDENTIALS_DIRECTORY`` set) a bare name is a credential; so
     is a path the service cannot read when a credential of its file name was loaded
-    (``LoadCredential=webhook.key:/etc/rackguard/credentials/webhook.key``): the
+    (``LoadCredential=webhook.key:/etc/rackguard/webhook.key``): the
     DynamicUser cannot open the root-only original, only systemd's copy of it. The
     same config then names the real file for ``check-config`` from a root shell.
     """

@@ -30,7 +30,7 @@ type = "nvml"
 
 
 def with_secret(text: str, secret: Path) -> str:
-    old = 'secret_file = "/etc/rackguard/credentials/webhook.key"'
+    old = 'secret_file = "/etc/rackguard/webhook.key"'
     assert old in text
     return text.replace(old, f'secret_file = "{secret}"')
 
@@ -197,7 +197,7 @@ def test_example_commented_sources_are_valid(
     secret_file: Path, header: str, source: str, kind: str
 ) -> None:
     example = with_secret(EXAMPLE.read_text(), secret_file)
-    example = example.replace('"/etc/rackguard/credentials/pdu-a.community"', f'"{secret_file}"')
+    example = example.replace('"/etc/rackguard/pdu-a.community"', f'"{secret_file}"')
     text = uncomment_block(example, header)
     cfg = parse_config(text)
     assert cfg.sources[source].type == kind
@@ -302,7 +302,7 @@ def test_a_bare_credential_name_outside_systemd_says_why_it_cannot_be_read(
 def test_a_credential_path_the_service_cannot_read_is_read_from_its_systemd_copy(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # The shipped config names the real file (/etc/rackguard/credentials/webhook.key,
+    # The shipped config names the real file (/etc/rackguard/webhook.key,
     # root-only); under systemd the DynamicUser reads LoadCredential='s copy of it.
     creds = tmp_path / "creds"
     creds.mkdir()
@@ -329,12 +329,12 @@ def test_check_config_takes_the_shipped_example_with_its_secret_where_it_says(
 ) -> None:
     # The example names its secret by path, so a root shell checks it as written,
     # without $CREDENTIALS_DIRECTORY (here the folder is moved under tmp_path).
-    creds = tmp_path / "credentials"
-    creds.mkdir(mode=0o700)
-    key = creds / "webhook.key"
+    # Every /etc/rackguard path moves there, as a checker pointing the example at
+    # temporary files would; only the secret needs to exist.
+    key = tmp_path / "webhook.key"
     key.write_text("k" * 32)
     key.chmod(0o600)
-    text = EXAMPLE.read_text().replace("/etc/rackguard/credentials/", f"{creds}/")
+    text = EXAMPLE.read_text().replace("/etc/rackguard/", f"{tmp_path}/")
     outbox = 'outbox_path = "/var/lib/rackguard/outbox.sqlite3"'
     text = text.replace(outbox, f'outbox_path = "{tmp_path / "outbox.sqlite3"}"', 1)
     config = tmp_path / "rackguard.toml"
