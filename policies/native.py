@@ -26,7 +26,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-# Imported from the pure modules by name: these are what the build compiles.
+# What the build compiles (policies/<name>.py); every other module stays a source.
 COMPILED_MODULES = (
     "attribution",
     "forecast",

@@ -51,7 +51,8 @@ def absent(r: Reading | None, ever_usable: bool) -> bool:
 
 
 def usable(r: Reading) -> bool:
-    """``r.usable``: a module function, which a compiled caller calls natively."""
+    """``r.usable``, the same test: Reading is a msgspec Struct and stays interpreted, so
+    a compiled caller calls its property through Python; this function it calls natively."""
     value = r.value
     return r.quality is _GOOD and value is not None and finite(value)
 

@@ -59,9 +59,17 @@ def build(root: Path) -> Path:
 
 
 def main() -> int:
-    """Build, then say whether a fresh interpreter takes the build."""
+    """Build, then check that this interpreter would take the build."""
     root = Path(__file__).resolve().parent.parent
     path = build(root)
+    if root / "policies" != native.SOURCE_DIR:
+        print(f"build_native: built {path.parent}, but this interpreter imports the policy")
+        print(f"  from {native.SOURCE_DIR}; run it with this checkout's virtual environment")
+        return 1
+    problem = native.build_problem(path.parent)
+    if problem:
+        print(f"build_native: {path.parent} would not be used: {problem}")
+        return 1
     print(f"build_native: wrote {path.parent}")
     return 0
 
