@@ -39,8 +39,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-import msgspec
-
 from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.forecast import TimeToThreshold
@@ -108,7 +106,7 @@ class Outcome:
 
     state: NodeState
     node: Assessment
-    gpus: tuple[Assessment, ...]
+    gpu_views: tuple[GpuView, ...]  # in index order; ``gpus`` holds their assessments
     rack: Assessment | None
     decision: Decision | None
     note: str = ""  # why nothing happened when something might have (withheld, waiting)
@@ -116,22 +114,133 @@ class Outcome:
     following: str = ""
     headroom: NodeHeadroom = field(default_factory=NodeHeadroom)  # at full load, for steering
 
+    @property
+    def gpus(self) -> tuple[Assessment, ...]:
+        """Each GPU's assessment, in index order."""
+        return tuple(g.assessment for g in self.gpu_views)
 
-class _Gpu(msgspec.Struct, frozen=True):
-    """One GPU as the rules see it now (a Struct: one per GPU per evaluation)."""
 
-    assessment: Assessment
-    margin: float | None
-    ttt: TimeToThreshold | None
-    fall_c_per_s: float | None  # trusted margin decline rate
-    predicted: bool  # WARNING from the forecast alone
-    at_risk: bool  # a forecast breach within twice the drain horizon
-    # Heating faster than max_gpu_rate_c_per_min over two confirm windows at flat power
-    # (the signature of heat removal failing, not of load): the newer window's rate, C/s.
-    fast_heating_c_per_s: float | None = None
-    # Margin this GPU would have at its enforced power limit, from the lower bound of its
-    # thermal resistance estimate and what it rejects heat to now (None: no estimate).
-    full_load_margin: float | None = None
+class GpuView:
+    """One GPU as the rules see it at one evaluation; its Assessment is built when read.
+
+    An evaluation makes one per GPU and the rules read only its numbers, as a replay,
+    which prints decisions alone, reads nothing else: the words of an assessment's
+    detail, formatted for every GPU at every evaluation, were a tenth of a replay.
+    They are formatted, from the values and settings of that evaluation, for the
+    assessments someone reads (evidence, the API, the node's detail).
+    """
+
+    __slots__ = (
+        "_assessment",
+        "_detail",
+        "_settings",
+        "at",
+        "at_risk",
+        "condition",
+        "fall_c_per_s",
+        "fast_heating_c_per_s",
+        "full_load_margin",
+        "margin",
+        "predicted",
+        "shutdown",
+        "subject",
+        "threshold",
+        "trend_per_min",
+        "ttt",
+        "value",
+    )
+
+    def __init__(
+        self,
+        subject: str,
+        at: float,
+        condition: Condition,
+        settings: PolicySettings,
+        *,
+        value: float | None = None,
+        threshold: float | None = None,
+        margin: float | None = None,
+        ttt: TimeToThreshold | None = None,
+        trend_per_min: float | None = None,
+        fall_c_per_s: float | None = None,
+        predicted: bool = False,
+        at_risk: bool = False,
+        fast_heating_c_per_s: float | None = None,
+        full_load_margin: float | None = None,
+        shutdown: float | None = None,
+        detail: str = "",
+    ) -> None:
+        self.subject = subject
+        self.at = at
+        self.condition = condition
+        self._settings = settings
+        self.value = value  # the temperature (None: unknown, and ``detail`` says why)
+        self.threshold = threshold  # the slowdown temperature
+        self.margin = margin
+        self.ttt = ttt
+        self.trend_per_min = trend_per_min  # set with a trusted trend only
+        self.fall_c_per_s = fall_c_per_s  # trusted margin decline rate
+        self.predicted = predicted  # WARNING from the forecast alone
+        self.at_risk = at_risk  # a forecast breach within twice the drain horizon
+        # Heating faster than max_gpu_rate_c_per_min over two confirm windows at flat power
+        # (the signature of heat removal failing, not of load): the newer window's rate, C/s.
+        self.fast_heating_c_per_s = fast_heating_c_per_s
+        # Margin this GPU would have at its enforced power limit, from the lower bound of its
+        # thermal resistance estimate and what it rejects heat to now (None: no estimate).
+        self.full_load_margin = full_load_margin
+        self.shutdown = shutdown  # the shutdown temperature, where it made this CRITICAL
+        self._detail = detail
+        self._assessment: Assessment | None = None
+
+    @property
+    def detail(self) -> str:
+        """The assessment's words: the numbers, then the trend, the signatures, the forecast."""
+        temp, slow, margin = self.value, self.threshold, self.margin
+        if temp is None or slow is None or margin is None:
+            return self._detail
+        s = self._settings
+        # printf-style, which formats the same floats to the same text as an f-string at
+        # about two thirds of the cost (interpreted or compiled; mypyc makes an f-string a
+        # str.format call).
+        words = ["%.0fC, %.1fC below slowdown %.0fC" % (temp, margin, slow)]  # noqa: UP031
+        if self.trend_per_min is not None:
+            words.append("%+.1fC/min" % self.trend_per_min)  # noqa: UP031
+        fast = self.fast_heating_c_per_s
+        if fast is not None:
+            words.append("heating %+.0fC/min at flat power" % (fast * 60))
+        full = self.full_load_margin
+        if full is not None and full < s.exit_margin_c:
+            words.append("%.1fC below slowdown at full power" % full)  # noqa: UP031
+        ttt = self.ttt
+        if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
+            late_w = _minutes(ttt.late_s) if ttt.late_s is not None else "never"
+            early_w = _minutes(ttt.early_s) if ttt.early_s is not None else "?"
+            band = f"{early_w} to {late_w} at {s.confidence:.0%}"
+            words.append(f"slowdown in ~{_minutes(ttt.point_s)} ({band})")
+        shut = self.shutdown
+        if shut is not None:
+            words.append("%.1fC below shutdown %.0fC" % (shut - temp, shut))  # noqa: UP031
+        return ", ".join(words)
+
+    @property
+    def assessment(self) -> Assessment:
+        """The GPU's assessment at that evaluation (built once, when first read)."""
+        a = self._assessment
+        if a is None:
+            ttt = self.ttt
+            a = self._assessment = Assessment(
+                self.subject,
+                _GPU_DOMAIN,
+                self.condition,
+                self.at,
+                value=self.value,
+                unit="celsius" if self.value is not None else "",
+                threshold=self.threshold,
+                trend_per_min=self.trend_per_min,
+                time_to_threshold_s=ttt.point_s if ttt is not None else None,
+                detail=self.detail,
+            )
+        return a
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +331,7 @@ class Policy:
             rack = self.rack_of[n]
             if known:
                 margins[rack][n] = min(known)
-            if any(g.assessment.condition in _HOT for g in gpus[n]):
+            if any(g.condition in _HOT for g in gpus[n]):
                 trouble[rack] += 1
         evidence = {
             rk: self._rack_evidence(rk, now, margins[rk])
@@ -236,7 +345,7 @@ class Policy:
 
     # -- GPUs ------------------------------------------------------------------
 
-    def _gpus(self, node: str, now: float) -> list[_Gpu]:
+    def _gpus(self, node: str, now: float) -> list[GpuView]:
         tracker = self.tracker.nodes.get(node)
         if tracker is None:
             return []
@@ -250,7 +359,7 @@ class Policy:
         gpu = self._gpu
         return [gpu(index, by_index[index], now, reference) for index in order[1]]
 
-    def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> _Gpu:
+    def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> GpuView:
         s = self._settings
         subject = "gpu" + gpu
         stale = s.stale_after_s
@@ -260,15 +369,10 @@ class Policy:
             why_t = fresh(t.temperature, now, stale)[1]
             why_s = fresh(t.slowdown, now, stale)[1]
             detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
-            a = Assessment(subject, _GPU_DOMAIN, _UNKNOWN, now, detail=detail)
-            return _Gpu(a, None, None, None, False, False)
+            return GpuView(subject, now, _UNKNOWN, s, detail=detail)
         fast = _fast_heating(t, now, s)
         margin = slow - temp
         forecaster = t.margin
-        # The words of every GPU at every evaluation: printf-style, which formats the
-        # same floats to the same text as an f-string at about two thirds of the cost
-        # (interpreted or compiled; mypyc makes an f-string a str.format call).
-        words = ["%.0fC, %.1fC below slowdown %.0fC" % (temp, margin, slow)]  # noqa: UP031
         # A steady GPU's forecaster is untrusted: no trend, no time to threshold.
         ttt: TimeToThreshold | None = None
         per_min: float | None = None
@@ -284,42 +388,36 @@ class Policy:
                 horizon = self._horizon_s
                 predicted = early <= horizon
                 at_risk = early <= 2 * horizon
-            words.append("%+.1fC/min" % per_min)  # noqa: UP031
-        if fast is not None:
-            words.append("heating %+.0fC/min at flat power" % (fast * 60))
         full = _full_load_margin(t, slow, reference, now, s)
-        if full is not None and full < s.exit_margin_c:
-            words.append("%.1fC below slowdown at full power" % full)  # noqa: UP031
-        if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
-            late_w = _minutes(ttt.late_s) if ttt.late_s is not None else "never"
-            early_w = _minutes(ttt.early_s) if ttt.early_s is not None else "?"
-            band = f"{early_w} to {late_w} at {s.confidence:.0%}"
-            words.append(f"slowdown in ~{_minutes(ttt.point_s)} ({band})")
+        shutdown: float | None = None
         if margin <= s.critical_margin_c:
             cond = _CRITICAL
         elif (shut := fresh_value(t.shutdown, now, stale)) is not None and (
             shut - temp <= s.shutdown_margin_c
         ):
             cond = _CRITICAL
-            words.append("%.1fC below shutdown %.0fC" % (shut - temp, shut))  # noqa: UP031
+            shutdown = shut
         elif margin <= s.enter_margin_c or predicted:
             cond = _WARNING
         else:
             cond = _OK
-        a = Assessment(
+        return GpuView(
             subject,
-            _GPU_DOMAIN,
-            cond,
             now,
+            cond,
+            s,
             value=temp,
-            unit="celsius",
             threshold=slow,
+            margin=margin,
+            ttt=ttt,
             trend_per_min=per_min,
-            time_to_threshold_s=ttt.point_s if ttt is not None else None,
-            detail=", ".join(words),
+            fall_c_per_s=fall,
+            predicted=cond is _WARNING and margin > s.enter_margin_c,
+            at_risk=at_risk,
+            fast_heating_c_per_s=fast,
+            full_load_margin=full,
+            shutdown=shutdown,
         )
-        only_forecast = cond is _WARNING and margin > s.enter_margin_c
-        return _Gpu(a, margin, ttt, fall, only_forecast, at_risk, fast, full)
 
     # -- rack evidence -----------------------------------------------------------
 
@@ -536,7 +634,7 @@ class Policy:
         self,
         node: str,
         rack: str,
-        gpus: list[_Gpu],
+        gpus: list[GpuView],
         ev: _RackEvidence,
         rack_trouble: int,
         now: float,
@@ -574,16 +672,16 @@ class Policy:
             verdict.domain,
             verdict.condition,
             now,
-            value=hot.assessment.value if hot else None,
-            unit=hot.assessment.unit if hot else "",
-            threshold=hot.assessment.threshold if hot else None,
-            trend_per_min=hot.assessment.trend_per_min if hot else None,
-            time_to_threshold_s=hot.assessment.time_to_threshold_s if hot else None,
+            value=hot.value if hot else None,
+            unit="celsius" if hot is not None and hot.value is not None else "",
+            threshold=hot.threshold if hot else None,
+            trend_per_min=hot.trend_per_min if hot else None,
+            time_to_threshold_s=hot.ttt.point_s if hot is not None and hot.ttt else None,
             detail=_node_detail(verdict, hot, gpus, note),
         )
         decision = None
         if step is not None:
-            evidence = [node_a, *(g.assessment for g in gpus if g.assessment.condition in _SHOWN)]
+            evidence = [node_a, *(g.assessment for g in gpus if g.condition in _SHOWN)]
             if ev.assessment is not None:
                 evidence.append(ev.assessment)
             decision = Decision(
@@ -599,7 +697,7 @@ class Policy:
         return Outcome(
             new_state,
             node_a,
-            tuple(g.assessment for g in gpus),
+            tuple(gpus),
             ev.assessment,
             decision,
             note,
@@ -613,23 +711,23 @@ class Policy:
         node: str,
         rack: str,
         state: NodeState,
-        gpus: list[_Gpu],
+        gpus: list[GpuView],
         ev: _RackEvidence,
         rack_trouble: int,
         view: ClusterView,
-    ) -> tuple[Verdict, _Gpu | None]:
+    ) -> tuple[Verdict, GpuView | None]:
         s = self._settings
         loop, air = ev.loop, ev.air
         known = [g for g in gpus if g.margin is not None]
         unknown = [g for g in gpus if g.margin is None]
-        critical = [g for g in known if g.assessment.condition is Condition.CRITICAL]
-        warning = [g for g in known if g.assessment.condition in _HOT]
+        critical = [g for g in known if g.condition is Condition.CRITICAL]
+        warning = [g for g in known if g.condition in _HOT]
         leaders = _leaders(view, node, rack)
         healthy = self._healthy(state, gpus, unknown, loop, air, leaders)
         fall = max((g.fall_c_per_s for g in warning if g.fall_c_per_s), default=None)
         # GPUs heading the same way count toward a node-wide cause, not only those
         # already at the drain line (in a chiller loss all of them are a minute apart).
-        affected = [g for g in known if g.assessment.condition in _HOT or g.at_risk]
+        affected = [g for g in known if g.condition in _HOT or g.at_risk]
         domain, why = attribute(
             hot_gpus=len(affected),
             loop=loop,
@@ -649,7 +747,7 @@ class Policy:
             assert hot is not None
             reason = (
                 f"{REASON_PREFIX} cooling loop failing ({loop.detail}): "
-                f"{_temp_words(hot)} near slowdown {hot.assessment.threshold:.0f}C"
+                f"{_temp_words(hot)} near slowdown {hot.threshold:.0f}C"
             )
             return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason), hot
         if critical:
@@ -694,7 +792,9 @@ class Policy:
             cond, healthy, state.domain if cond is Condition.WARNING else domain
         ), _worst(known)
 
-    def _unfit(self, rack: str, unfit: list[_Gpu], loop: LoopEvidence, air: AirEvidence) -> Verdict:
+    def _unfit(
+        self, rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
+    ) -> Verdict:
         """Not fit for new work: a GPU would pass the enter margin at its power limit."""
         worst = min(unfit, key=lambda g: g.full_load_margin or 0.0)
         if loop.supply_rising:
@@ -705,12 +805,12 @@ class Policy:
             domain, why = (FaultDomain.NODE if len(unfit) >= 2 else FaultDomain.GPU), ""
         more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
         reason = (
-            f"{REASON_PREFIX} {worst.assessment.subject} would be "
+            f"{REASON_PREFIX} {worst.subject} would be "
             f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
         )
         return Verdict(Condition.WARNING, False, domain, reason)
 
-    def _facility(self, rack: str, gpus: list[_Gpu], ev: _RackEvidence) -> Verdict | None:
+    def _facility(self, rack: str, gpus: list[GpuView], ev: _RackEvidence) -> Verdict | None:
         """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
         s = self._settings
         loop, air = ev.loop, ev.air
@@ -750,8 +850,8 @@ class Policy:
     def _healthy(
         self,
         state: NodeState,
-        gpus: list[_Gpu],
-        unknown: list[_Gpu],
+        gpus: list[GpuView],
+        unknown: list[GpuView],
         loop: LoopEvidence,
         air: AirEvidence,
         leaders: list[OutOfService],
@@ -794,40 +894,38 @@ def _minutes(seconds: float) -> str:
     return "%.0f min" % (seconds / 60) if seconds >= 90 else "%.0fs" % seconds  # noqa: UP031
 
 
-def _worst(gpus: list[_Gpu]) -> _Gpu | None:
+def _worst(gpus: list[GpuView]) -> GpuView | None:
     """The GPU with the smallest margin (ties: the lower index, as listed)."""
-    best: _Gpu | None = None
+    best: GpuView | None = None
     for g in gpus:
         if g.margin is not None and (best is None or best.margin is None or g.margin < best.margin):
             best = g
     return best
 
 
-def _temp_words(g: _Gpu) -> str:
-    a = g.assessment
-    assert a.value is not None
-    return f"{a.subject} {a.value:.0f}C"
+def _temp_words(g: GpuView) -> str:
+    assert g.value is not None
+    return f"{g.subject} {g.value:.0f}C"
 
 
-def _reason(g: _Gpu, hot_gpus: int, domain: FaultDomain, why: str, s: PolicySettings) -> str:
-    a = g.assessment
-    assert a.value is not None and a.threshold is not None and g.margin is not None
+def _reason(g: GpuView, hot_gpus: int, domain: FaultDomain, why: str, s: PolicySettings) -> str:
+    assert g.value is not None and g.threshold is not None and g.margin is not None
     others = hot_gpus - 1
     more = f" (+{others} more GPU{'s' if others > 1 else ''})" if others else ""
-    if a.condition is Condition.CRITICAL:
+    if g.condition is Condition.CRITICAL:
         if g.margin <= s.critical_margin_c:
-            what = f"at or above slowdown {a.threshold:.0f}C"
+            what = f"at or above slowdown {g.threshold:.0f}C"
         else:
-            what = f"near shutdown ({a.detail.rsplit(', ', 1)[-1]})"
+            what = f"near shutdown ({g.detail.rsplit(', ', 1)[-1]})"
         text = f"{REASON_PREFIX} {_temp_words(g)} {what}{more}"
     elif g.predicted and g.ttt is not None and g.ttt.point_s is not None:
-        rate = f"{a.trend_per_min:+.1f}C/min" if a.trend_per_min is not None else "rising"
+        rate = f"{g.trend_per_min:+.1f}C/min" if g.trend_per_min is not None else "rising"
         text = (
-            f"{REASON_PREFIX} {_temp_words(g)}, {rate}: near slowdown {a.threshold:.0f}C "
+            f"{REASON_PREFIX} {_temp_words(g)}, {rate}: near slowdown {g.threshold:.0f}C "
             f"in ~{_minutes(g.ttt.point_s)}{more}"
         )
     else:
-        text = f"{REASON_PREFIX} {_temp_words(g)} near slowdown {a.threshold:.0f}C{more}"
+        text = f"{REASON_PREFIX} {_temp_words(g)} near slowdown {g.threshold:.0f}C{more}"
     if domain in (FaultDomain.COOLING_LOOP, FaultDomain.RACK) and why:
         text += f"; {_DOMAIN_WORDS[domain]}: {why}"
     return text
@@ -902,7 +1000,7 @@ def _full_load_margin(
     return slowdown - (reference + est.lo * limit)
 
 
-def _time_to_slowdown(fast: list[_Gpu]) -> float | None:
+def _time_to_slowdown(fast: list[GpuView]) -> float | None:
     """Seconds until the first fast-heating GPU reaches slowdown at its observed rate."""
     times = [
         g.margin / g.fast_heating_c_per_s
@@ -933,16 +1031,14 @@ def _highest_fresh(
     return max(values) if values else None
 
 
-def _node_detail(v: Verdict, hot: _Gpu | None, gpus: list[_Gpu], note: str) -> str:
+def _node_detail(v: Verdict, hot: GpuView | None, gpus: list[GpuView], note: str) -> str:
     if v.condition is Condition.UNKNOWN:
-        unknown = [
-            f"{g.assessment.subject}: {g.assessment.detail}" for g in gpus if g.margin is None
-        ]
+        unknown = [f"{g.subject}: {g.detail}" for g in gpus if g.margin is None]
         text = "; ".join(unknown) or "no GPU readings"
     elif v.following:
         text = v.reason.removeprefix(REASON_PREFIX).strip()
     elif hot is not None:
-        text = f"{hot.assessment.subject}: {hot.assessment.detail}"
+        text = f"{hot.subject}: {hot.detail}"
     else:
         text = ""
     if note:
