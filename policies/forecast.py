@@ -23,21 +23,28 @@ from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
+from typing import ClassVar, Final
 
+from policies.record import Record
 from policies.window import Bucket, BucketWindow
 
 
-@dataclass(frozen=True, slots=True)
-class Trend:
+class Trend(Record):
     """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
 
-    slope: float
-    lo: float
-    hi: float
-    level: float
-    t_ref: float
-    n: int
-    span_s: float
+    FIELDS: ClassVar = ("slope", "lo", "hi", "level", "t_ref", "n", "span_s")
+    __slots__ = FIELDS
+
+    def __init__(
+        self, slope: float, lo: float, hi: float, level: float, t_ref: float, n: int, span_s: float
+    ) -> None:
+        self.slope: Final = slope
+        self.lo: Final = lo
+        self.hi: Final = hi
+        self.level: Final = level
+        self.t_ref: Final = t_ref
+        self.n: Final = n
+        self.span_s: Final = span_s
 
     def at(self, t: float) -> float:
         """The fitted value at time ``t``."""
@@ -119,16 +126,19 @@ def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
     return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
 
 
-@dataclass(frozen=True, slots=True)
-class TimeToThreshold:
+class TimeToThreshold(Record):
     """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
 
     None means "not reaching it" at that bound (moving away, or flat).
     """
 
-    point_s: float | None
-    early_s: float | None
-    late_s: float | None
+    FIELDS: ClassVar = ("point_s", "early_s", "late_s")
+    __slots__ = FIELDS
+
+    def __init__(self, point_s: float | None, early_s: float | None, late_s: float | None) -> None:
+        self.point_s: Final = point_s
+        self.early_s: Final = early_s
+        self.late_s: Final = late_s
 
 
 def time_to_threshold(

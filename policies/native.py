@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "gradient",
     "headroom",
     "policy",
+    "record",
     "replay",
     "rules",
     "safety",

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from policies.record import Record
 
 _floor = math.floor
 
@@ -23,15 +25,18 @@ def finite(x: float) -> bool:
     return x - x == 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Bucket:
+class Bucket(Record):
     """The samples of one grid cell: their mean time, mean value, count and range."""
 
-    t: float
-    value: float
-    n: int
-    lo: float
-    hi: float
+    FIELDS: ClassVar = ("t", "value", "n", "lo", "hi")
+    __slots__ = FIELDS
+
+    def __init__(self, t: float, value: float, n: int, lo: float, hi: float) -> None:
+        self.t: Final = t
+        self.value: Final = value
+        self.n: Final = n
+        self.lo: Final = lo
+        self.hi: Final = hi
 
 
 class BucketWindow:
