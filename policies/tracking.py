@@ -57,6 +57,14 @@ def usable(r: Reading) -> bool:
     return r.quality is _GOOD and value is not None and finite(value)
 
 
+def _label(labels: Mapping[str, str], name: str) -> str | None:
+    # A reading's labels are a dict but typed a Mapping: compiled, ``get`` on a Mapping
+    # is a method call by name, on a dict a direct look-up (three per reading).
+    if isinstance(labels, dict):
+        return labels.get(name)
+    return labels.get(name)
+
+
 def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | None, str]:
     """The value of a reading a policy may act on now, or None and why not."""
     if r is None:
@@ -892,9 +900,9 @@ class Tracker:
         for r in readings:
             kind = r.kind
             labels = r.labels
-            node = labels.get("node") or default_node
+            node = _label(labels, "node") or default_node
             if kind in gpu_kinds:
-                gpu = labels.get("gpu")
+                gpu = _label(labels, "gpu")
                 tracker = nodes.get(node)  # type: ignore[arg-type]  # None: no such node
                 if gpu is None or tracker is None:
                     continue
@@ -906,7 +914,7 @@ class Tracker:
                     rt = racks.get(rack_of.get(node, "")) if node else None
                     g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
                 continue
-            rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
+            rack = _label(labels, "rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:
                 rack = next(iter(self.rack))
             rt = self.rack.get(rack) if rack is not None else None
