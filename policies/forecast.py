@@ -26,6 +26,7 @@ from statistics import NormalDist
 from typing import ClassVar, Final
 
 from policies.record import Record
+from policies.search import NATIVE, left
 from policies.window import Bucket, BucketWindow
 
 
@@ -283,7 +284,10 @@ class SortedSlopes:
                 for j in range(i + 1, n):
                     b = kept[j]
                     if b.t > t:
-                        del slopes[bisect_left(slopes, (b.value - y) / (b.t - t))]
+                        s = (b.value - y) / (b.t - t)
+                        del slopes[
+                            left(slopes, s, 0, len(slopes)) if NATIVE else bisect_left(slopes, s)
+                        ]
             del kept[:drop]
         for new in run[len(kept) :]:
             t, y = new.t, new.value

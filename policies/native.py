@@ -37,6 +37,7 @@ COMPILED_MODULES = (
     "replay",
     "rules",
     "safety",
+    "search",
     "tracking",
     "window",
 )

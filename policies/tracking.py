@@ -21,6 +21,7 @@ from typing import ClassVar, Final
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
 from policies.model import Quality, Reading, SensorKind
+from policies.search import NATIVE, left, right
 from policies.settings import PolicySettings
 from policies.window import BucketWindow, finite
 
@@ -523,14 +524,19 @@ class GpuTracker:
         if not (recent.ordered and finite(lo) and finite(mid)):
             return None
         times, head = recent.times, recent.head
-        n_end = bisect_right(times, now, head)
-        o_end = bisect_right(times, mid, head, n_end)
-        spans = (
-            bisect_left(times, lo, head, o_end),
-            o_end,
-            bisect_left(times, mid, head, o_end),
-            n_end,
-        )
+        if NATIVE:
+            n_end = right(times, now, head, len(times))
+            o_end = right(times, mid, head, n_end)
+            spans = (left(times, lo, head, o_end), o_end, left(times, mid, head, o_end), n_end)
+        else:
+            n_end = bisect_right(times, now, head)
+            o_end = bisect_right(times, mid, head, n_end)
+            spans = (
+                bisect_left(times, lo, head, o_end),
+                o_end,
+                bisect_left(times, mid, head, o_end),
+                n_end,
+            )
         self._spans_at, self._spans_added, self._spans_found = now, recent.added, spans
         return spans
 
