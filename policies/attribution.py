@@ -36,7 +36,7 @@ from policies.model import FaultDomain
 EXPLAINS_FRACTION = 0.5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class LoopEvidence:
     """The cooling loop (CDU) as one rack's series show it."""
 
@@ -56,6 +56,35 @@ class LoopEvidence:
     limit_c: float | None = None  # the supply limit in force
     over_limit: bool = False  # the supply's held level is at or above the limit
     limit_early_s: float | None = None  # earliest plausible crossing of the limit (trusted)
+
+    def __init__(
+        self,
+        monitored: bool = False,
+        known: bool = False,
+        leak: bool = False,
+        flow_lost: bool = False,
+        supply_rising: bool = False,
+        supply_rate_c_per_s: float | None = None,
+        detail: str = "",
+        supply_risen: bool = False,
+        silent: bool = False,
+        limit_c: float | None = None,
+        over_limit: bool = False,
+        limit_early_s: float | None = None,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "monitored", monitored)
+        object.__setattr__(self, "known", known)
+        object.__setattr__(self, "leak", leak)
+        object.__setattr__(self, "flow_lost", flow_lost)
+        object.__setattr__(self, "supply_rising", supply_rising)
+        object.__setattr__(self, "supply_rate_c_per_s", supply_rate_c_per_s)
+        object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "supply_risen", supply_risen)
+        object.__setattr__(self, "silent", silent)
+        object.__setattr__(self, "limit_c", limit_c)
+        object.__setattr__(self, "over_limit", over_limit)
+        object.__setattr__(self, "limit_early_s", limit_early_s)
 
     @property
     def failing(self) -> bool:
@@ -79,7 +108,7 @@ class LoopEvidence:
         return self.known and not self.failing and not self.supply_rising and not self.over_limit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class AirEvidence:
     """The rack's inlet air as its probes show it."""
 
@@ -90,6 +119,25 @@ class AirEvidence:
     limit_c: float | None = None  # the inlet limit in force
     over_limit: bool = False  # a probe's held level is at or above the limit
     limit_early_s: float | None = None  # earliest plausible crossing of the limit (trusted)
+
+    def __init__(
+        self,
+        monitored: bool = False,
+        known: bool = False,
+        rate_c_per_s: float | None = None,
+        detail: str = "",
+        limit_c: float | None = None,
+        over_limit: bool = False,
+        limit_early_s: float | None = None,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "monitored", monitored)
+        object.__setattr__(self, "known", known)
+        object.__setattr__(self, "rate_c_per_s", rate_c_per_s)
+        object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "limit_c", limit_c)
+        object.__setattr__(self, "over_limit", over_limit)
+        object.__setattr__(self, "limit_early_s", limit_early_s)
 
     @property
     def rising(self) -> bool:

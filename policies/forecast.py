@@ -23,29 +23,41 @@ from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import ClassVar, Final
 
-from policies.record import Record
 from policies.search import NATIVE, left
 from policies.window import Bucket, BucketWindow
 
 
-class Trend(Record):
+@dataclass(init=False, frozen=True, slots=True)
+class Trend:
     """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
 
-    FIELDS: ClassVar = ("slope", "lo", "hi", "level", "t_ref", "n", "span_s")
-    __slots__ = FIELDS
+    slope: float
+    lo: float
+    hi: float
+    level: float
+    t_ref: float
+    n: int
+    span_s: float
 
     def __init__(
-        self, slope: float, lo: float, hi: float, level: float, t_ref: float, n: int, span_s: float
+        self,
+        slope: float,
+        lo: float,
+        hi: float,
+        level: float,
+        t_ref: float,
+        n: int,
+        span_s: float,
     ) -> None:
-        self.slope: Final = slope
-        self.lo: Final = lo
-        self.hi: Final = hi
-        self.level: Final = level
-        self.t_ref: Final = t_ref
-        self.n: Final = n
-        self.span_s: Final = span_s
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "slope", slope)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "t_ref", t_ref)
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "span_s", span_s)
 
     def at(self, t: float) -> float:
         """The fitted value at time ``t``."""
@@ -127,19 +139,22 @@ def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
     return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
 
 
-class TimeToThreshold(Record):
+@dataclass(init=False, frozen=True, slots=True)
+class TimeToThreshold:
     """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
 
     None means "not reaching it" at that bound (moving away, or flat).
     """
 
-    FIELDS: ClassVar = ("point_s", "early_s", "late_s")
-    __slots__ = FIELDS
+    point_s: float | None
+    early_s: float | None
+    late_s: float | None
 
     def __init__(self, point_s: float | None, early_s: float | None, late_s: float | None) -> None:
-        self.point_s: Final = point_s
-        self.early_s: Final = early_s
-        self.late_s: Final = late_s
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "point_s", point_s)
+        object.__setattr__(self, "early_s", early_s)
+        object.__setattr__(self, "late_s", late_s)
 
 
 def time_to_threshold(
@@ -402,13 +417,14 @@ class SeriesForecaster:
         recent_points = points[n // 2 :]
         recent = _sen_of_run(recent_points, self._recent.of(recent_points), z)
         # Only the chosen trend needs its level (a median of offsets from its slope).
+        # Arguments spelled out: compiled, a starred call is a generic Python call.
         if recent is None or recent[1] <= whole[0] <= recent[2]:
-            return _line(points, *whole)
+            return _line(points, whole[0], whole[1], whole[2])
         # The recent half says something else: a settled step or a stopped ramp is
         # judged by its flat recent half; an accelerating rise keeps the (slower) whole.
         if abs(recent[0]) < abs(whole[0]):
-            return _line(recent_points, *recent)
-        return _line(points, *whole)
+            return _line(recent_points, recent[0], recent[1], recent[2])
+        return _line(points, whole[0], whole[1], whole[2])
 
     @property
     def persistence(self) -> float | None:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from policies.window import finite
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class Resistance:
     """A thermal resistance estimate in K/W: median with its lower and upper bounds."""
 
@@ -38,6 +39,13 @@ class Resistance:
     lo: float
     hi: float
     n: int
+
+    def __init__(self, median: float, lo: float, hi: float, n: int) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "median", median)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "n", n)
 
 
 class ResistanceEstimator:
@@ -134,7 +142,7 @@ class ResistanceEstimator:
         return Resistance(median, ordered[lo_i], ordered[hi_i], n)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class NodeHeadroom:
     """A node's headroom at full load: the least margin to slowdown any of its GPUs would
     have at its enforced power limit (the conservative bound of its resistance), in C.
@@ -148,6 +156,19 @@ class NodeHeadroom:
     estimated: int = 0  # GPUs with an estimate
     gpus: int = 0  # GPUs seen
 
+    def __init__(
+        self,
+        margin_c: float | None = None,
+        trusted: bool = False,
+        estimated: int = 0,
+        gpus: int = 0,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "margin_c", margin_c)
+        object.__setattr__(self, "trusted", trusted)
+        object.__setattr__(self, "estimated", estimated)
+        object.__setattr__(self, "gpus", gpus)
+
     @classmethod
     def of(cls, margins: list[float | None]) -> NodeHeadroom:
         """From each GPU's full-load margin (None: not read, or no estimate yet)."""
@@ -158,3 +179,6 @@ class NodeHeadroom:
             len(known),
             len(margins),
         )
+
+
+NO_HEADROOM: Final = NodeHeadroom()  # no GPU seen (one shared value: it is immutable)

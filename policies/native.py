@@ -14,6 +14,14 @@ from a wheel runs pure Python.
 The compiled modules are the same code (the replay goldens hold for both, see
 ``tests/policies/test_native.py``), replay about 1.5x faster. ``RACKGUARD_PURE_PYTHON=1``
 turns them off.
+
+Hot dataclasses (those a replay builds per bucket, per fit, per GPU or node and
+evaluation) are declared ``init=False`` with their ``__init__`` written out,
+setting each field with ``object.__setattr__`` as the generated one does. The
+generated ``__init__`` is made at run time, so it stays interpreted in the build:
+about 650 ns per frozen instance against about 40 ns written out and compiled. The
+class stays a frozen dataclass (fields, ``replace``, equality, repr);
+``tests/policies/test_hot_dataclasses.py`` holds each ``__init__`` to its fields.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ COMPILED_MODULES = (
     "gradient",
     "headroom",
     "policy",
-    "record",
     "replay",
     "rules",
     "safety",

@@ -36,13 +36,13 @@ that evidence fresh.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.forecast import TimeToThreshold
-from policies.headroom import NodeHeadroom
+from policies.headroom import NO_HEADROOM, NodeHeadroom
 from policies.model import (
     REASON_PREFIX,
     Action,
@@ -100,7 +100,7 @@ _DOMAIN_WORDS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class Outcome:
     """One node's evaluation: the new state, what was seen, and the decision if any."""
 
@@ -112,7 +112,30 @@ class Outcome:
     note: str = ""  # why nothing happened when something might have (withheld, waiting)
     critical: bool = False  # the decision is a critical exclusion
     following: str = ""
-    headroom: NodeHeadroom = field(default_factory=NodeHeadroom)  # at full load, for steering
+    headroom: NodeHeadroom = NO_HEADROOM  # at full load, for steering
+
+    def __init__(
+        self,
+        state: NodeState,
+        node: Assessment,
+        gpu_views: tuple[GpuView, ...],
+        rack: Assessment | None,
+        decision: Decision | None,
+        note: str = "",
+        critical: bool = False,
+        following: str = "",
+        headroom: NodeHeadroom = NO_HEADROOM,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpu_views", gpu_views)
+        object.__setattr__(self, "rack", rack)
+        object.__setattr__(self, "decision", decision)
+        object.__setattr__(self, "note", note)
+        object.__setattr__(self, "critical", critical)
+        object.__setattr__(self, "following", following)
+        object.__setattr__(self, "headroom", headroom)
 
     @property
     def gpus(self) -> tuple[Assessment, ...]:
@@ -243,11 +266,17 @@ class GpuView:
         return a
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class _RackEvidence:
     loop: LoopEvidence
     air: AirEvidence
     assessment: Assessment | None
+
+    def __init__(self, loop: LoopEvidence, air: AirEvidence, assessment: Assessment | None) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "loop", loop)
+        object.__setattr__(self, "air", air)
+        object.__setattr__(self, "assessment", assessment)
 
 
 class Policy:

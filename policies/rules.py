@@ -29,7 +29,7 @@ from policies.safety import Pin
 from policies.settings import PolicySettings
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, frozen=True, slots=True)
 class NodeState:
     """What the policy last asked for a node, and since when (monotonic seconds)."""
 
@@ -43,8 +43,27 @@ class NodeState:
     # evidence has not been seen fresh since: not healthy until it has.
     awaiting_evidence: bool = False
 
+    def __init__(
+        self,
+        action: Action = Action.RESUME,
+        since: float | None = None,
+        healthy_since: float | None = None,
+        epoch: int = 0,
+        domain: FaultDomain = FaultDomain.NONE,
+        following: str = "",
+        awaiting_evidence: bool = False,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "since", since)
+        object.__setattr__(self, "healthy_since", healthy_since)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "domain", domain)
+        object.__setattr__(self, "following", following)
+        object.__setattr__(self, "awaiting_evidence", awaiting_evidence)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(init=False, frozen=True, slots=True)
 class Verdict:
     """What the evidence says about a node now."""
 
@@ -54,8 +73,23 @@ class Verdict:
     reason: str = ""  # the decision reason for a drain or exclusion
     following: str = ""
 
+    def __init__(
+        self,
+        condition: Condition,
+        healthy: bool,
+        domain: FaultDomain = FaultDomain.NONE,
+        reason: str = "",
+        following: str = "",
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "condition", condition)
+        object.__setattr__(self, "healthy", healthy)
+        object.__setattr__(self, "domain", domain)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "following", following)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(init=False, frozen=True, slots=True)
 class Gates:
     """The safety gates' answers for one node now ("" = open)."""
 
@@ -64,8 +98,21 @@ class Gates:
     resume_withheld: str = ""
     jitter_s: float = 0.0
 
+    def __init__(
+        self,
+        pin: Pin | None = None,
+        drain_withheld: str = "",
+        resume_withheld: str = "",
+        jitter_s: float = 0.0,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "pin", pin)
+        object.__setattr__(self, "drain_withheld", drain_withheld)
+        object.__setattr__(self, "resume_withheld", resume_withheld)
+        object.__setattr__(self, "jitter_s", jitter_s)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(init=False, frozen=True, slots=True)
 class Step:
     """A transition to make: the action, its domain and its reason."""
 
@@ -73,6 +120,19 @@ class Step:
     domain: FaultDomain
     reason: str
     critical: bool = False
+
+    def __init__(
+        self,
+        action: Action,
+        domain: FaultDomain,
+        reason: str,
+        critical: bool = False,
+    ) -> None:
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "domain", domain)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "critical", critical)
 
 
 RESUME_REASON = f"{REASON_PREFIX} thermal margins healthy again, resuming"

@@ -119,20 +119,20 @@ def median_slope(points: Iterable[tuple[float, float]]) -> float | None:
     return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
 
 
-def _median_slope_of(times: list[float], values: list[float]) -> float | None:
-    """:func:`median_slope` of the points ``zip(times, values)``, on the lists as they are."""
-    n = len(times)
+def _median_slope_of(times: list[float], values: list[float], start: int, end: int) -> float | None:
+    """:func:`median_slope` of the points ``zip(times, values)[start:end]``, on the lists."""
+    n = end - start
     if n > _MAX_SLOPE_POINTS:
-        return median_slope(zip(times, values, strict=True))
+        return median_slope(zip(times[start:end], values[start:end], strict=True))
     if n < 4:
         return None
     # combinations() of the points, written out: the same slopes in the same order
     # (so the same median, ties of 0.0 and -0.0 included), and loops a compiled build
-    # runs on native floats.
+    # runs on native floats, over the lists as they are (no copies of the window).
     slopes: list[float] = []
-    for i in range(n - 1):
+    for i in range(start, end - 1):
         t0, v0 = times[i], values[i]
-        for j in range(i + 1, n):
+        for j in range(i + 1, end):
             t1 = times[j]
             if t1 > t0:
                 slopes.append((values[j] - v0) / (t1 - t0))
@@ -500,7 +500,7 @@ class GpuTracker:
         slope = cache.get(key, _UNSEEN)
         if slope is not _UNSEEN:
             return slope  # type: ignore[return-value]  # a float or None, as stored
-        slope = _median_slope_of(recent.times[start:end], recent.values[start:end])
+        slope = _median_slope_of(recent.times, recent.values, start, end)
         if len(cache) >= _SLOPE_CACHE:
             # Emptied, not trimmed oldest first: a dict's oldest key costs a scan over
             # the slots of keys deleted before it, and a miss is only a refit.

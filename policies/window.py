@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import ClassVar, Final
-
-from policies.record import Record
+from dataclasses import dataclass
 
 _floor = math.floor
 
@@ -25,18 +23,23 @@ def finite(x: float) -> bool:
     return x - x == 0.0
 
 
-class Bucket(Record):
+@dataclass(init=False, frozen=True, slots=True)
+class Bucket:
     """The samples of one grid cell: their mean time, mean value, count and range."""
 
-    FIELDS: ClassVar = ("t", "value", "n", "lo", "hi")
-    __slots__ = FIELDS
+    t: float
+    value: float
+    n: int
+    lo: float
+    hi: float
 
     def __init__(self, t: float, value: float, n: int, lo: float, hi: float) -> None:
-        self.t: Final = t
-        self.value: Final = value
-        self.n: Final = n
-        self.lo: Final = lo
-        self.hi: Final = hi
+        # Written out, not generated: see policies/native.py (hot dataclasses).
+        object.__setattr__(self, "t", t)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
 
 
 class BucketWindow:

@@ -101,8 +101,9 @@ def test_time_to_threshold(
 ) -> None:
     t = theil_sen(_points([0.0, 1.0, 2.0]), Z90)
     assert t is not None
-    line = Trend(slope, lo, hi, t.level, t.t_ref, t.n, t.span_s)
-    got = time_to_threshold(line, level, threshold, falling=falling)
+    got = time_to_threshold(
+        replace(t, slope=slope, lo=lo, hi=hi), level, threshold, falling=falling
+    )
     for have, want in ((got.point_s, point), (got.early_s, early), (got.late_s, late)):
         assert (have is None) == (want is None)
         if want is not None:
