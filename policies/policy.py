@@ -77,6 +77,19 @@ from policies.tracking import (
     fresh_value,
 )
 
+# Enum members as compiled constants: looked up on their class, a member costs a
+# generic attribute read each time (about 60 ns compiled; a Final here, under 1 ns).
+_RESUME: Final = Action.RESUME
+_CRITICAL: Final = Condition.CRITICAL
+_OK: Final = Condition.OK
+_UNKNOWN: Final = Condition.UNKNOWN
+_WARNING: Final = Condition.WARNING
+_COOLING_LOOP: Final = FaultDomain.COOLING_LOOP
+_GPU: Final = FaultDomain.GPU
+_NODE: Final = FaultDomain.NODE
+_NONE: Final = FaultDomain.NONE
+_RACK: Final = FaultDomain.RACK
+
 # The settings the trackers build their windows and fits with: a reload changing one
 # starts them afresh. The trackers read the others as they go (Tracker.settings).
 _TRACKER_FIELDS = (
@@ -253,7 +266,7 @@ class GpuView:
             ttt = self.ttt
             a = self._assessment = Assessment(
                 self.subject,
-                _GPU_DOMAIN,
+                _GPU,
                 self.condition,
                 self.at,
                 value=self.value,
@@ -330,12 +343,12 @@ class Policy:
         may look fine long before the CDU or PDU source has reported.
         """
         old = self.states.get(node, NodeState())
-        out = action is not Action.RESUME
+        out = action is not _RESUME
         self.states[node] = NodeState(
             action=action,
             since=now,
             epoch=old.epoch,
-            domain=domain if out else FaultDomain.NONE,
+            domain=domain if out else _NONE,
             awaiting_evidence=out and domain in RACK_DOMAINS,
         )
 
@@ -480,22 +493,22 @@ class Policy:
             return _RackEvidence(loop, air, None)
         horizon = self._settings.drain_horizon_s
         if air.over_limit:
-            cond, domain = Condition.CRITICAL, FaultDomain.RACK
+            cond, domain = _CRITICAL, _RACK
         elif loop.over_limit:
-            cond, domain = Condition.CRITICAL, FaultDomain.COOLING_LOOP
+            cond, domain = _CRITICAL, _COOLING_LOOP
         elif loop.failing or loop.limit_within(horizon):
             # Direct evidence, on fresh readings, whatever else is stale.
-            cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+            cond, domain = _WARNING, _COOLING_LOOP
         elif air.limit_within(horizon):
-            cond, domain = Condition.WARNING, FaultDomain.RACK
+            cond, domain = _WARNING, _RACK
         elif (loop.monitored and not loop.known) or (air.monitored and not air.known):
-            cond, domain = Condition.UNKNOWN, FaultDomain.NONE
+            cond, domain = _UNKNOWN, _NONE
         elif loop.supply_rising:
-            cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+            cond, domain = _WARNING, _COOLING_LOOP
         elif air.rising:
-            cond, domain = Condition.WARNING, FaultDomain.RACK
+            cond, domain = _WARNING, _RACK
         else:
-            cond, domain = Condition.OK, FaultDomain.NONE
+            cond, domain = _OK, _NONE
         a = Assessment(
             rack,
             domain,
@@ -677,10 +690,10 @@ class Policy:
             state = replace(state, awaiting_evidence=False)
         verdict, hot = self._verdict(node, rack, state, gpus, ev, rack_trouble, view)
         pin = o.pins.get(node)
-        in_service = state.action is Action.RESUME
+        in_service = state.action is _RESUME
         withheld = (
             drain_withheld(node, rack, verdict.domain, view, s, self.breaker, o)
-            if verdict.condition is Condition.WARNING and in_service
+            if verdict.condition is _WARNING and in_service
             else ""
         )
         if in_service and pin is None and not withheld:
@@ -749,7 +762,7 @@ class Policy:
         loop, air = ev.loop, ev.air
         known = [g for g in gpus if g.margin is not None]
         unknown = [g for g in gpus if g.margin is None]
-        critical = [g for g in known if g.condition is Condition.CRITICAL]
+        critical = [g for g in known if g.condition is _CRITICAL]
         warning = [g for g in known if g.condition in _HOT]
         leaders = _leaders(view, node, rack)
         healthy = self._healthy(state, gpus, unknown, loop, air, leaders)
@@ -769,7 +782,7 @@ class Policy:
         # on fresh readings of those series whether or not the others are fresh.
         if loop.leak:
             reason = f"{REASON_PREFIX} coolant leak in the cooling loop of {rack}"
-            verdict = Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
+            verdict = Verdict(_CRITICAL, False, _COOLING_LOOP, reason)
             return verdict, _worst(near or known)
         if loop.failing and loop.supply_rising and near:
             hot = _worst(near)
@@ -778,12 +791,12 @@ class Policy:
                 f"{REASON_PREFIX} cooling loop failing ({loop.detail}): "
                 f"{_temp_words(hot)} near slowdown {hot.threshold:.0f}C"
             )
-            return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason), hot
+            return Verdict(_CRITICAL, False, _COOLING_LOOP, reason), hot
         if critical:
             hot = _worst(critical)
             assert hot is not None
             return Verdict(
-                Condition.CRITICAL, False, domain, _reason(hot, len(warning), domain, why, s)
+                _CRITICAL, False, domain, _reason(hot, len(warning), domain, why, s)
             ), hot
         facility = self._facility(rack, gpus, ev)
         if facility is not None:
@@ -791,9 +804,7 @@ class Policy:
         if warning:
             hot = _worst([g for g in warning if not g.predicted] or warning)
             assert hot is not None
-            return Verdict(
-                Condition.WARNING, False, domain, _reason(hot, len(warning), domain, why, s)
-            ), hot
+            return Verdict(_WARNING, False, domain, _reason(hot, len(warning), domain, why, s)), hot
         unfit = [
             g
             for g in known
@@ -806,20 +817,18 @@ class Policy:
         # Follow a rack-wide drain that began after this node last came back (a node
         # that resumed on its own evidence does not re-follow what it already saw).
         since = state.since if state.since is not None else float("-inf")
-        follow = [x for x in leaders if x.since >= since] if state.action is Action.RESUME else []
+        follow = [x for x in leaders if x.since >= since] if state.action is _RESUME else []
         if state.following and leaders:
             follow = leaders
         if follow:
             lead = follow[0]
             words = _DOMAIN_WORDS[lead.domain]
             reason = f"{REASON_PREFIX} {words} event in {rack} (following {lead.node})"
-            return Verdict(Condition.WARNING, False, lead.domain, reason, lead.node), _worst(known)
+            return Verdict(_WARNING, False, lead.domain, reason, lead.node), _worst(known)
         if unknown or not gpus:
-            return Verdict(Condition.UNKNOWN, False), None
-        cond = Condition.OK if healthy or state.action is Action.RESUME else Condition.WARNING
-        return Verdict(
-            cond, healthy, state.domain if cond is Condition.WARNING else domain
-        ), _worst(known)
+            return Verdict(_UNKNOWN, False), None
+        cond = _OK if healthy or state.action is _RESUME else _WARNING
+        return Verdict(cond, healthy, state.domain if cond is _WARNING else domain), _worst(known)
 
     def _unfit(
         self, rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
@@ -827,17 +836,17 @@ class Policy:
         """Not fit for new work: a GPU would pass the enter margin at its power limit."""
         worst = min(unfit, key=lambda g: g.full_load_margin or 0.0)
         if loop.supply_rising:
-            domain, why = FaultDomain.COOLING_LOOP, f"; cooling loop: {loop.detail}"
+            domain, why = _COOLING_LOOP, f"; cooling loop: {loop.detail}"
         elif air.rising:
-            domain, why = FaultDomain.RACK, f"; rack: {air.detail}"
+            domain, why = _RACK, f"; rack: {air.detail}"
         else:
-            domain, why = (FaultDomain.NODE if len(unfit) >= 2 else FaultDomain.GPU), ""
+            domain, why = (_NODE if len(unfit) >= 2 else _GPU), ""
         more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
         reason = (
             f"{REASON_PREFIX} {worst.subject} would be "
             f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
         )
-        return Verdict(Condition.WARNING, False, domain, reason)
+        return Verdict(_WARNING, False, domain, reason)
 
     def _facility(self, rack: str, gpus: list[GpuView], ev: _RackEvidence) -> Verdict | None:
         """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
@@ -846,12 +855,12 @@ class Policy:
         horizon = s.drain_horizon_s
         if air.over_limit:
             reason = f"{REASON_PREFIX} inlet air of {rack} at or above its limit: {air.detail}"
-            return Verdict(Condition.CRITICAL, False, FaultDomain.RACK, reason)
+            return Verdict(_CRITICAL, False, _RACK, reason)
         if loop.over_limit:
             reason = (
                 f"{REASON_PREFIX} coolant supply of {rack} at or above its limit: {loop.detail}"
             )
-            return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
+            return Verdict(_CRITICAL, False, _COOLING_LOOP, reason)
         fast = [g for g in gpus if g.fast_heating_c_per_s is not None]
         # Without a current view of the loop (no cooling unit, or it stopped answering),
         # several GPUs heating fast at flat power is heat removal failing, not load.
@@ -864,16 +873,14 @@ class Policy:
             grace = _time_to_slowdown(fast)
             if grace is not None and grace < s.critical_grace_s:
                 reason = f"{REASON_PREFIX} {cause}: slowdown in ~{grace:.0f}s"
-                return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
-            return Verdict(
-                Condition.WARNING, False, FaultDomain.COOLING_LOOP, f"{REASON_PREFIX} {cause}"
-            )
+                return Verdict(_CRITICAL, False, _COOLING_LOOP, reason)
+            return Verdict(_WARNING, False, _COOLING_LOOP, f"{REASON_PREFIX} {cause}")
         if loop.limit_within(horizon):
             reason = f"{REASON_PREFIX} coolant supply of {rack} nearing its limit: {loop.detail}"
-            return Verdict(Condition.WARNING, False, FaultDomain.COOLING_LOOP, reason)
+            return Verdict(_WARNING, False, _COOLING_LOOP, reason)
         if air.limit_within(horizon):
             reason = f"{REASON_PREFIX} inlet air of {rack} nearing its limit: {air.detail}"
-            return Verdict(Condition.WARNING, False, FaultDomain.RACK, reason)
+            return Verdict(_WARNING, False, _RACK, reason)
         return None
 
     def _healthy(
@@ -897,19 +904,12 @@ class Policy:
         horizon = 2 * s.drain_horizon_s
         if loop.flow_lost or loop.limit_within(horizon) or air.limit_within(horizon):
             return False
-        if state.domain is FaultDomain.COOLING_LOOP and loop.monitored and not loop.healthy:
+        if state.domain is _COOLING_LOOP and loop.monitored and not loop.healthy:
             return False
-        return not (state.domain is FaultDomain.RACK and air.monitored and not air.healthy)
+        return not (state.domain is _RACK and air.monitored and not air.healthy)
 
 
 _HOT: Final = (Condition.WARNING, Condition.CRITICAL)
-# Enum members for the per-GPU step, as globals: on Python 3.11 a member looked up on
-# its class costs ten times a global, and _gpu runs for every GPU at every evaluation.
-_GPU_DOMAIN: Final = FaultDomain.GPU
-_OK: Final = Condition.OK
-_WARNING: Final = Condition.WARNING
-_CRITICAL: Final = Condition.CRITICAL
-_UNKNOWN: Final = Condition.UNKNOWN
 _OPEN: Final = Gates()
 _SHOWN: Final = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
 
@@ -941,7 +941,7 @@ def _reason(g: GpuView, hot_gpus: int, domain: FaultDomain, why: str, s: PolicyS
     assert g.value is not None and g.threshold is not None and g.margin is not None
     others = hot_gpus - 1
     more = f" (+{others} more GPU{'s' if others > 1 else ''})" if others else ""
-    if g.condition is Condition.CRITICAL:
+    if g.condition is _CRITICAL:
         if g.margin <= s.critical_margin_c:
             what = f"at or above slowdown {g.threshold:.0f}C"
         else:
@@ -955,7 +955,7 @@ def _reason(g: GpuView, hot_gpus: int, domain: FaultDomain, why: str, s: PolicyS
         )
     else:
         text = f"{REASON_PREFIX} {_temp_words(g)} near slowdown {g.threshold:.0f}C{more}"
-    if domain in (FaultDomain.COOLING_LOOP, FaultDomain.RACK) and why:
+    if domain in (_COOLING_LOOP, _RACK) and why:
         text += f"; {_DOMAIN_WORDS[domain]}: {why}"
     return text
 
@@ -1041,9 +1041,9 @@ def _time_to_slowdown(fast: list[GpuView]) -> float | None:
 
 def _evidence_seen(domain: FaultDomain, ev: _RackEvidence) -> bool:
     """The rack evidence for a rack-wide ``domain`` is all fresh now."""
-    if domain is FaultDomain.COOLING_LOOP:
+    if domain is _COOLING_LOOP:
         return ev.loop.known
-    if domain is FaultDomain.RACK:
+    if domain is _RACK:
         return ev.air.known
     return True
 
@@ -1061,7 +1061,7 @@ def _highest_fresh(
 
 
 def _node_detail(v: Verdict, hot: GpuView | None, gpus: list[GpuView], note: str) -> str:
-    if v.condition is Condition.UNKNOWN:
+    if v.condition is _UNKNOWN:
         unknown = [f"{g.subject}: {g.detail}" for g in gpus if g.margin is None]
         text = "; ".join(unknown) or "no GPU readings"
     elif v.following:

@@ -23,10 +23,21 @@ one step out. The cases, in order (the first that applies wins):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Final
 
 from policies.model import REASON_PREFIX, Action, Condition, FaultDomain
 from policies.safety import Pin
 from policies.settings import PolicySettings
+
+# Enum members as compiled constants: looked up on their class, a member costs a
+# generic attribute read each time (about 60 ns compiled; a Final here, under 1 ns).
+_DRAIN: Final = Action.DRAIN
+_EXCLUDE: Final = Action.EXCLUDE
+_RESUME: Final = Action.RESUME
+_CRITICAL: Final = Condition.CRITICAL
+_WARNING: Final = Condition.WARNING
+_NODE: Final = FaultDomain.NODE
+_NONE: Final = FaultDomain.NONE
 
 
 @dataclass(init=False, frozen=True, slots=True)
@@ -144,28 +155,28 @@ def transition(
     state: NodeState, v: Verdict, g: Gates, now: float, s: PolicySettings
 ) -> tuple[NodeState, Step | None, str]:
     """Apply the cases above; returns the new state, the step (if any) and a note."""
-    in_service = state.action is Action.RESUME
+    in_service = state.action is _RESUME
     # 1.
     if g.pin is Pin.EXCLUDED:
-        if state.action is Action.EXCLUDE:
+        if state.action is _EXCLUDE:
             return state, None, "pinned excluded by operator"
-        step = Step(Action.EXCLUDE, FaultDomain.NODE, PIN_EXCLUDED_REASON, critical=True)
+        step = Step(_EXCLUDE, _NODE, PIN_EXCLUDED_REASON, critical=True)
         return _out(state, step, now), step, "pinned excluded by operator"
     # 2.
     if g.pin is Pin.NEVER_DRAIN:
         if in_service:
             return state, None, "pinned in service by operator: no action"
-        step = Step(Action.RESUME, FaultDomain.NONE, PIN_RESUME_REASON)
+        step = Step(_RESUME, _NONE, PIN_RESUME_REASON)
         return _back(state, now), step, "pinned in service by operator"
     # 3.
-    if v.condition is Condition.CRITICAL and state.action is not Action.EXCLUDE:
-        step = Step(Action.EXCLUDE, v.domain, v.reason, critical=True)
+    if v.condition is _CRITICAL and state.action is not _EXCLUDE:
+        step = Step(_EXCLUDE, v.domain, v.reason, critical=True)
         return _out(state, step, now, v.following), step, ""
     # 4.
-    if v.condition is Condition.WARNING and in_service:
+    if v.condition is _WARNING and in_service:
         if g.drain_withheld:
             return state, None, f"drain withheld: {g.drain_withheld}"
-        step = Step(Action.DRAIN, v.domain, v.reason)
+        step = Step(_DRAIN, v.domain, v.reason)
         return _out(state, step, now, v.following), step, ""
     # 5.
     if in_service:
@@ -180,7 +191,7 @@ def transition(
     if waited and now - since >= s.min_dwell_s:
         if g.resume_withheld:
             return _healthy_since(state, healthy_since), None, g.resume_withheld
-        step = Step(Action.RESUME, FaultDomain.NONE, RESUME_REASON)
+        step = Step(_RESUME, _NONE, RESUME_REASON)
         return _back(state, now), step, ""
     return _healthy_since(state, healthy_since), None, "healthy, waiting to resume"
 
@@ -198,4 +209,4 @@ def _out(state: NodeState, step: Step, now: float, following: str = "") -> NodeS
 
 
 def _back(state: NodeState, now: float) -> NodeState:
-    return NodeState(Action.RESUME, now, None, state.epoch + 1)
+    return NodeState(_RESUME, now, None, state.epoch + 1)
