@@ -405,8 +405,8 @@ class Policy:
         s = self._settings
         subject = "gpu" + gpu
         stale = s.stale_after_s
-        temp = fresh_value(t.temperature, now, stale)
-        slow = fresh_value(t.slowdown, now, stale)
+        temp = t.fresh_temperature(now, stale)
+        slow = t.fresh_slowdown(now, stale)
         if temp is None or slow is None:
             why_t = fresh(t.temperature, now, stale)[1]
             why_s = fresh(t.slowdown, now, stale)[1]
@@ -434,7 +434,7 @@ class Policy:
         shutdown: float | None = None
         if margin <= s.critical_margin_c:
             cond = _CRITICAL
-        elif (shut := fresh_value(t.shutdown, now, stale)) is not None and (
+        elif (shut := t.fresh_shutdown(now, stale)) is not None and (
             shut - temp <= s.shutdown_margin_c
         ):
             cond = _CRITICAL

@@ -90,6 +90,13 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
     return value
 
 
+def _fresh_kept(value: float, mono: float, now: float, stale_after_s: float) -> float | None:
+    """fresh_value of a reading kept as its usable value (NaN if not usable) and time."""
+    if not finite(value) or now - mono > stale_after_s:
+        return None
+    return value
+
+
 _MAX_SLOPE_POINTS: Final = 16  # bounds the pairwise fit's cost whatever the sample rate
 _SLOPE_CACHE: Final = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
 _UNSEEN: Final = object()  # a slope not in the cache (None is a cached answer)
@@ -315,16 +322,27 @@ class GpuTracker:
     __slots__ = (
         "_confirm_s",
         "_fastest",
+        "_limit_v",
         "_power",
         "_power_keep_s",
         "_power_ref",
+        "_power_t",
+        "_power_v",
         "_settings",
+        "_shut_t",
+        "_shut_v",
         "_slopes",
+        "_slow_good",
+        "_slow_raw",
+        "_slow_t",
+        "_slow_v",
         "_spans_added",
         "_spans_at",
         "_spans_found",
         "_stale_s",
         "_temp_keep_s",
+        "_temp_t",
+        "_temp_v",
         "limit",
         "load_steps",
         "margin",
@@ -345,6 +363,17 @@ class GpuTracker:
         self.shutdown: Reading | None = None
         self.power: Reading | None = None
         self.limit: Reading | None = None
+        # What the evaluation and the resistance estimate read of those readings, taken
+        # once as they arrive: compiled, each field of a Reading (a msgspec Struct) is a
+        # generic attribute read, and these were read for every sample and evaluation.
+        # A value is NaN unless its reading is usable; a time is NaN with no reading.
+        self._temp_v = self._temp_t = math.nan
+        self._slow_v = self._slow_t = math.nan
+        self._slow_good = False  # the slowdown reading is GOOD (the margin's condition)
+        self._slow_raw = math.nan  # its value, when GOOD
+        self._shut_v = self._shut_t = math.nan
+        self._power_v = self._power_t = math.nan
+        self._limit_v: float | None = None  # the power limit, when usable
         self.margin = SeriesForecaster(
             settings.trend(settings.max_gpu_rate_c_per_min), floor=settings.critical_margin_c
         )
@@ -383,22 +412,27 @@ class GpuTracker:
 
     def sample_resistance(self, r: Reading, reference: float | None) -> None:
         """Feed the thermal-resistance estimate with a temperature reading, if steady."""
-        p = self.power
-        if reference is None or p is None or not (usable(r) and usable(p)):
+        watts = self._power_v  # NaN: no usable power reading
+        value = r.value
+        if (
+            reference is None
+            or not finite(watts)
+            or r.quality is not _GOOD
+            or value is None
+            or not finite(value)
+        ):
             return
-        assert r.value is not None and p.value is not None
         now = r.mono
-        if now - p.mono > self._stale_s:
+        if now - self._power_t > self._stale_s:
             return
         # Asked at every temperature sample, the replay's hot path: each step below is
         # taken only when its answer can change what is kept.
         spans = self._spans(now)
         if spans is None:
-            self._sample_scanning(r, reference, p.value)
+            self._sample_scanning(r, reference, watts)
             return
         o_start, o_end, n_start, n_end = spans
         temps = self.recent_temp.values
-        watts = p.value
         # Cooling at this power, the GPU reads above its steady temperature: the
         # newer window's highest reading bounds the resistance from above. The newest
         # reading's ratio bounds that bound from below, so when no kept sample is above
@@ -424,7 +458,7 @@ class GpuTracker:
             if a is not None and abs(a) > fastest and self._slope(o_start, o_end) is not None:
                 values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
                 steady = _within_one_step(values)
-        self.resistance.add(now, r.value - reference, watts, steady)
+        self.resistance.add(now, value - reference, watts, steady)
 
     def _sample_scanning(self, r: Reading, reference: float, watts: float) -> None:
         """sample_resistance by its definition, for samples whose times are out of order."""
@@ -587,7 +621,7 @@ class GpuTracker:
         return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
 
     def _load_step_w(self) -> float:
-        limit = self.limit.value if self.limit is not None and usable(self.limit) else None
+        limit = self._limit_v
         return self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
 
     def power_steady(self) -> bool:
@@ -596,35 +630,61 @@ class GpuTracker:
             return False
         return self.recent_power.spread() <= self._load_step_w()
 
-    def observe(self, r: Reading) -> None:
-        """Take one reading of this GPU."""
+    def observe(self, r: Reading, kind: SensorKind | None = None) -> None:
+        """Take one reading of this GPU (``kind``: its kind, where the caller has read it)."""
         # The replay hot path: a GOOD reading is a usable one (Reading checks that its
         # value is finite), so `quality is GOOD` stands for the `usable` property here.
-        kind = r.kind
+        if kind is None:
+            kind = r.kind
         if kind is _TEMPERATURE:
             self.temperature = r
             value = r.value
+            mono = self._temp_t = r.mono
+            self._temp_v = math.nan
             if r.quality is _GOOD and value is not None:
                 if finite(value):  # usable (a reading forged past its checks is not)
-                    self.recent_temp.add(r.mono, value, self._temp_keep_s)
-                slow = self.slowdown
-                if slow is not None and slow.quality is _GOOD:
-                    assert slow.value is not None
-                    self.margin.add(r.mono, slow.value - value)
+                    self._temp_v = value
+                    self.recent_temp.add(mono, value, self._temp_keep_s)
+                if self._slow_good:
+                    self.margin.add(mono, self._slow_raw - value)
         elif kind is _SLOWDOWN:
             self.slowdown = r
+            value = r.value
+            self._slow_t = r.mono
+            self._slow_good = good = r.quality is _GOOD and value is not None
+            self._slow_raw = value if good and value is not None else math.nan
+            self._slow_v = self._slow_raw if good and finite(self._slow_raw) else math.nan
         elif kind is _POWER:
             self.power = r
             value = r.value
+            mono = self._power_t = r.mono
+            self._power_v = math.nan
             if r.quality is _GOOD and value is not None:
                 if finite(value):
-                    self.recent_power.add(r.mono, value, self._power_keep_s)
-                if self._power.add(r.mono, value):
+                    self._power_v = value
+                    self.recent_power.add(mono, value, self._power_keep_s)
+                if self._power.add(mono, value):
                     self._check_load_step()
         elif kind is _POWER_LIMIT:
             self.limit = r
+            self._limit_v = r.value if usable(r) else None
         elif kind is _SHUTDOWN:
             self.shutdown = r
+            value = r.value
+            self._shut_t = r.mono
+            self._shut_v = value if usable(r) and value is not None else math.nan
+
+    def fresh_temperature(self, now: float, stale_after_s: float) -> float | None:
+        """``fresh_value(self.temperature, now, stale_after_s)``, from what observe kept."""
+        return _fresh_kept(self._temp_v, self._temp_t, now, stale_after_s)
+
+    def fresh_slowdown(self, now: float, stale_after_s: float) -> float | None:
+        """``fresh_value(self.slowdown, now, stale_after_s)``, from what observe kept."""
+        return _fresh_kept(self._slow_v, self._slow_t, now, stale_after_s)
+
+    def fresh_shutdown(self, now: float, stale_after_s: float) -> float | None:
+        """``fresh_value(self.shutdown, now, stale_after_s)``, from what observe kept."""
+        return _fresh_kept(self._shut_v, self._shut_t, now, stale_after_s)
 
     def _check_load_step(self) -> None:
         bucket = self._power.newest
@@ -915,7 +975,7 @@ class Tracker:
                 g = tracker.gpus.get(gpu)
                 if g is None:
                     g = tracker.gpus[gpu] = GpuTracker(self.settings)
-                g.observe(r)
+                g.observe(r, kind)
                 if kind is _TEMPERATURE:
                     rt = racks.get(rack_of.get(node, "")) if node else None
                     g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
