@@ -98,6 +98,7 @@ def _fresh_kept(value: float, mono: float, now: float, stale_after_s: float) -> 
 
 
 _MAX_SLOPE_POINTS: Final = 16  # bounds the pairwise fit's cost whatever the sample rate
+_COMPACT: Final = 256  # samples dropped from a window's lists before they are shortened
 _SLOPE_CACHE: Final = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
 _UNSEEN: Final = object()  # a slope not in the cache (None is a cached answer)
 _Sample = tuple[float, float]
@@ -215,8 +216,6 @@ class TimedValues:
 
     __slots__ = ("added", "head", "ordered", "times", "values")
 
-    _COMPACT = 256  # dropped samples kept before the lists are shortened
-
     def __init__(self) -> None:
         self.times: list[float] = []
         self.values: list[float] = []
@@ -240,7 +239,7 @@ class TimedValues:
         head = self.head
         while times[head] < cutoff:
             head += 1
-        if head >= self._COMPACT:
+        if head >= _COMPACT:
             del times[:head]
             del self.values[:head]
             head = 0
@@ -260,6 +259,33 @@ class TimedValues:
         """The samples kept, oldest first."""
         head = self.head
         return list(zip(self.times[head:], self.values[head:], strict=True))
+
+
+def _slide(
+    times: list[float],
+    values: list[float],
+    head: int,
+    t: float,
+    value: float,
+    cutoff: float,
+    sign: float,
+) -> int:
+    """Push (t, value) on a sliding-window maximum (sign 1) or minimum (sign -1) from
+    ``head``, drop what is older than ``cutoff``; returns the new head."""
+    # Candidates no better than the new sample go: values stay strictly decreasing
+    # (maximum) or increasing (minimum), so the window's extreme is at the head.
+    while len(values) > head and sign * values[-1] <= sign * value:
+        values.pop()
+        times.pop()
+    times.append(t)
+    values.append(value)
+    while times[head] < cutoff:
+        head += 1
+    if head >= _COMPACT:
+        del times[:head]
+        del values[:head]
+        head = 0
+    return head
 
 
 class RecentSamples(TimedValues):
@@ -290,32 +316,8 @@ class RecentSamples(TimedValues):
         if not super().add(t, value, keep_s):
             return False
         cutoff = t - keep_s
-        high_t, high_v, head = self._high_t, self._high_v, self._high_head
-        while len(high_v) > head and high_v[-1] <= value:
-            high_v.pop()
-            high_t.pop()
-        high_t.append(t)
-        high_v.append(value)
-        while high_t[head] < cutoff:
-            head += 1
-        if head >= self._COMPACT:
-            del high_t[:head]
-            del high_v[:head]
-            head = 0
-        self._high_head = head
-        low_t, low_v, head = self._low_t, self._low_v, self._low_head
-        while len(low_v) > head and low_v[-1] >= value:
-            low_v.pop()
-            low_t.pop()
-        low_t.append(t)
-        low_v.append(value)
-        while low_t[head] < cutoff:
-            head += 1
-        if head >= self._COMPACT:
-            del low_t[:head]
-            del low_v[:head]
-            head = 0
-        self._low_head = head
+        self._high_head = _slide(self._high_t, self._high_v, self._high_head, t, value, cutoff, 1.0)
+        self._low_head = _slide(self._low_t, self._low_v, self._low_head, t, value, cutoff, -1.0)
         return True
 
     def spread(self) -> float:
