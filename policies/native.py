@@ -12,7 +12,7 @@ shadowed by a stale build, a damaged build is never loaded, and a node installed
 from a wheel runs pure Python.
 
 The compiled modules are the same code (the replay goldens hold for both, see
-``tests/policies/test_native.py``), replay about 1.5x faster. ``RACKGUARD_PURE_PYTHON=1``
+``tests/policies/test_native.py``), replay about twice as fast. ``RACKGUARD_PURE_PYTHON=1``
 turns them off.
 
 Hot dataclasses (those a replay builds per bucket, per fit, per GPU or node and
