@@ -166,6 +166,8 @@ class GpuView:
     assessments someone reads (evidence, the API, the node's detail).
     """
 
+    # Fields Final (mypy refuses a second assignment; the build makes them read-only)
+    # but the assessment, built on first read.
     __slots__ = (
         "_assessment",
         "_detail",
@@ -206,27 +208,27 @@ class GpuView:
         shutdown: float | None = None,
         detail: str = "",
     ) -> None:
-        self.subject = subject
-        self.at = at
-        self.condition = condition
-        self._settings = settings
-        self.value = value  # the temperature (None: unknown, and ``detail`` says why)
-        self.threshold = threshold  # the slowdown temperature
-        self.margin = margin
-        self.ttt = ttt
-        self.trend_per_min = trend_per_min  # set with a trusted trend only
-        self.fall_c_per_s = fall_c_per_s  # trusted margin decline rate
-        self.predicted = predicted  # WARNING from the forecast alone
-        self.at_risk = at_risk  # a forecast breach within twice the drain horizon
+        self.subject: Final = subject
+        self.at: Final = at
+        self.condition: Final = condition
+        self._settings: Final = settings
+        self.value: Final = value  # the temperature (None: unknown, and ``detail`` says why)
+        self.threshold: Final = threshold  # the slowdown temperature
+        self.margin: Final = margin
+        self.ttt: Final = ttt
+        self.trend_per_min: Final = trend_per_min  # set with a trusted trend only
+        self.fall_c_per_s: Final = fall_c_per_s  # trusted margin decline rate
+        self.predicted: Final = predicted  # WARNING from the forecast alone
+        self.at_risk: Final = at_risk  # a forecast breach within twice the drain horizon
         # Heating faster than max_gpu_rate_c_per_min over two confirm windows at flat power
         # (the signature of heat removal failing, not of load): the newer window's rate, C/s.
-        self.fast_heating_c_per_s = fast_heating_c_per_s
+        self.fast_heating_c_per_s: Final = fast_heating_c_per_s
         # Margin this GPU would have at its enforced power limit, from the lower bound of its
         # thermal resistance estimate and what it rejects heat to now (None: no estimate).
-        self.full_load_margin = full_load_margin
-        self.shutdown = shutdown  # the shutdown temperature, where it made this CRITICAL
-        self._detail = detail
-        self._assessment: Assessment | None = None
+        self.full_load_margin: Final = full_load_margin
+        self.shutdown: Final = shutdown  # the shutdown temperature, where it made this CRITICAL
+        self._detail: Final = detail
+        self._assessment: Assessment | None = None  # built on first read
 
     @property
     def detail(self) -> str:
