@@ -98,7 +98,6 @@ def _fresh_kept(value: float, mono: float, now: float, stale_after_s: float) -> 
 
 
 _MAX_SLOPE_POINTS: Final = 16  # bounds the pairwise fit's cost whatever the sample rate
-_COMPACT: Final = 256  # samples dropped from a window's lists before they are shortened
 _SLOPE_CACHE: Final = 32  # window slopes a GPU remembers (two confirm windows of 1 Hz samples fit)
 _UNSEEN: Final = object()  # a slope not in the cache (None is a cached answer)
 _Sample = tuple[float, float]
@@ -206,6 +205,64 @@ class LossRun:
         )
 
 
+class RecentSamples:
+    """The (t, value) samples of the last ``keep_s`` seconds, and their range in O(1).
+
+    Times must increase (a sample at or before the newest is ignored). The range comes
+    from sliding-window maximum and minimum deques: asked at every temperature sample,
+    scanning two minutes of power samples each time dominated a replay. Samples kept
+    without ``ranged`` have no range (the deques are not kept).
+    """
+
+    __slots__ = ("_highs", "_lows", "_ranged", "added", "ordered", "samples")
+
+    def __init__(self, *, ranged: bool = True) -> None:
+        self.samples: deque[tuple[float, float]] = deque()
+        self.added = 0  # samples taken so far: a version number for cached results
+        # Times strictly increasing, as they are unless a non-finite one was ever taken
+        # (NaN compares false with the newest, so it is not refused like a repeat).
+        self.ordered = True
+        self._ranged = ranged
+        # Candidates for the window's max (values decreasing) and min (increasing).
+        self._highs: deque[tuple[float, float]] = deque()
+        self._lows: deque[tuple[float, float]] = deque()
+
+    def add(self, t: float, value: float, keep_s: float) -> None:
+        """One sample; those older than ``keep_s`` before it are dropped."""
+        samples = self.samples
+        if samples and t <= samples[-1][0]:
+            return
+        if not finite(t):
+            self.ordered = False
+        sample = (t, value)
+        samples.append(sample)
+        self.added += 1
+        cutoff = t - keep_s
+        while samples[0][0] < cutoff:
+            samples.popleft()
+        if not self._ranged:
+            return
+        highs, lows = self._highs, self._lows
+        while highs and highs[-1][1] <= value:
+            highs.pop()
+        highs.append(sample)
+        while lows and lows[-1][1] >= value:
+            lows.pop()
+        lows.append(sample)
+        while highs[0][0] < cutoff:
+            highs.popleft()
+        while lows[0][0] < cutoff:
+            lows.popleft()
+
+    def spread(self) -> float:
+        """The highest minus the lowest value kept (0.0 when none)."""
+        if not self.samples:
+            return 0.0
+        if not self._ranged:
+            raise ValueError("these samples are kept without their range")
+        return self._highs[0][1] - self._lows[0][1]
+
+
 class TimedValues:
     """The (t, value) samples of the last ``keep_s`` seconds, as two parallel lists.
 
@@ -216,6 +273,8 @@ class TimedValues:
 
     __slots__ = ("added", "head", "ordered", "times", "values")
 
+    _COMPACT = 256  # dropped samples kept before the lists are shortened
+
     def __init__(self) -> None:
         self.times: list[float] = []
         self.values: list[float] = []
@@ -225,11 +284,11 @@ class TimedValues:
         # (NaN compares false with the newest, so it is not refused like a repeat).
         self.ordered = True
 
-    def add(self, t: float, value: float, keep_s: float) -> bool:
-        """One sample; those older than ``keep_s`` before it are dropped. False: refused."""
+    def add(self, t: float, value: float, keep_s: float) -> None:
+        """One sample; those older than ``keep_s`` before it are dropped."""
         times = self.times
         if len(times) > self.head and t <= times[-1]:
-            return False
+            return
         if not finite(t):
             self.ordered = False
         times.append(t)
@@ -239,15 +298,11 @@ class TimedValues:
         head = self.head
         while times[head] < cutoff:
             head += 1
-        if head >= _COMPACT:
+        if head >= self._COMPACT:
             del times[:head]
             del self.values[:head]
             head = 0
         self.head = head
-        return True
-
-    def __len__(self) -> int:
-        return len(self.times) - self.head
 
     @property
     def first(self) -> int:
@@ -259,72 +314,6 @@ class TimedValues:
         """The samples kept, oldest first."""
         head = self.head
         return list(zip(self.times[head:], self.values[head:], strict=True))
-
-
-def _slide(
-    times: list[float],
-    values: list[float],
-    head: int,
-    t: float,
-    value: float,
-    cutoff: float,
-    sign: float,
-) -> int:
-    """Push (t, value) on a sliding-window maximum (sign 1) or minimum (sign -1) from
-    ``head``, drop what is older than ``cutoff``; returns the new head."""
-    # Candidates no better than the new sample go: values stay strictly decreasing
-    # (maximum) or increasing (minimum), so the window's extreme is at the head.
-    while len(values) > head and sign * values[-1] <= sign * value:
-        values.pop()
-        times.pop()
-    times.append(t)
-    values.append(value)
-    while times[head] < cutoff:
-        head += 1
-    if head >= _COMPACT:
-        del times[:head]
-        del values[:head]
-        head = 0
-    return head
-
-
-class RecentSamples(TimedValues):
-    """The (t, value) samples of the last ``keep_s`` seconds, and their range in O(1).
-
-    Times must increase (a sample at or before the newest is ignored). The range comes
-    from sliding-window maximum and minimum queues: asked at every temperature sample,
-    scanning two minutes of power samples each time dominated a replay. Lists with a
-    head index, as the samples are (not deques: compiled, a deque's every operation
-    is a method call by name).
-    """
-
-    __slots__ = ("_high_head", "_high_t", "_high_v", "_low_head", "_low_t", "_low_v")
-
-    def __init__(self) -> None:
-        super().__init__()
-        # Candidates for the window's max (values decreasing) and min (increasing),
-        # from *_head on.
-        self._high_t: list[float] = []
-        self._high_v: list[float] = []
-        self._high_head = 0
-        self._low_t: list[float] = []
-        self._low_v: list[float] = []
-        self._low_head = 0
-
-    def add(self, t: float, value: float, keep_s: float) -> bool:
-        """One sample; those older than ``keep_s`` before it are dropped. False: refused."""
-        if not super().add(t, value, keep_s):
-            return False
-        cutoff = t - keep_s
-        self._high_head = _slide(self._high_t, self._high_v, self._high_head, t, value, cutoff, 1.0)
-        self._low_head = _slide(self._low_t, self._low_v, self._low_head, t, value, cutoff, -1.0)
-        return True
-
-    def spread(self) -> float:
-        """The highest minus the lowest value kept (0.0 when none)."""
-        if not len(self):
-            return 0.0
-        return self._high_v[self._high_head] - self._low_v[self._low_head]
 
 
 class GpuTracker:
@@ -637,7 +626,7 @@ class GpuTracker:
 
     def power_steady(self) -> bool:
         """No power change of a load step over the settle time (and none detected)."""
-        if len(self.recent_power) < 2:
+        if len(self.recent_power.samples) < 2:
             return False
         return self.recent_power.spread() <= self._load_step_w()
 
