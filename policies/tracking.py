@@ -58,14 +58,6 @@ def usable(r: Reading) -> bool:
     return r.quality is _GOOD and value is not None and finite(value)
 
 
-def _label(labels: Mapping[str, str], name: str) -> str | None:
-    # A reading's labels are a dict but typed a Mapping: compiled, ``get`` on a Mapping
-    # is a method call by name, on a dict a direct look-up (three per reading).
-    if isinstance(labels, dict):
-        return labels.get(name)
-    return labels.get(name)
-
-
 def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | None, str]:
     """The value of a reading a policy may act on now, or None and why not."""
     if r is None:
@@ -86,13 +78,6 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
         return None
     value = r.value
     if value is None or not finite(value) or now - r.mono > stale_after_s:
-        return None
-    return value
-
-
-def _fresh_kept(value: float, mono: float, now: float, stale_after_s: float) -> float | None:
-    """fresh_value of a reading kept as its usable value (NaN if not usable) and time."""
-    if not finite(value) or now - mono > stale_after_s:
         return None
     return value
 
@@ -676,15 +661,21 @@ class GpuTracker:
 
     def fresh_temperature(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.temperature, now, stale_after_s)``, from what observe kept."""
-        return _fresh_kept(self._temp_v, self._temp_t, now, stale_after_s)
+        value = self._temp_v
+        # NaN (not usable) fails value - value == 0.0; written out: one call, not three.
+        return value if value - value == 0.0 and not now - self._temp_t > stale_after_s else None
 
     def fresh_slowdown(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.slowdown, now, stale_after_s)``, from what observe kept."""
-        return _fresh_kept(self._slow_v, self._slow_t, now, stale_after_s)
+        value = self._slow_v
+        # NaN (not usable) fails value - value == 0.0; written out: one call, not three.
+        return value if value - value == 0.0 and not now - self._slow_t > stale_after_s else None
 
     def fresh_shutdown(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.shutdown, now, stale_after_s)``, from what observe kept."""
-        return _fresh_kept(self._shut_v, self._shut_t, now, stale_after_s)
+        value = self._shut_v
+        # NaN (not usable) fails value - value == 0.0; written out: one call, not three.
+        return value if value - value == 0.0 and not now - self._shut_t > stale_after_s else None
 
     def _check_load_step(self) -> None:
         bucket = self._power.newest
@@ -965,10 +956,13 @@ class Tracker:
         racks, rack_of = self.rack, self.rack_of
         for r in readings:
             kind = r.kind
-            labels = r.labels
-            node = _label(labels, "node") or default_node
+            # A reading's labels are a dict but typed a Mapping: compiled, ``get`` on a
+            # Mapping is a method call by name, on a dict a direct look-up.
+            given = r.labels
+            labels = given if isinstance(given, dict) else dict(given)
+            node = labels.get("node") or default_node
             if kind in gpu_kinds:
-                gpu = _label(labels, "gpu")
+                gpu = labels.get("gpu")
                 tracker = nodes.get(node)  # type: ignore[arg-type]  # None: no such node
                 if gpu is None or tracker is None:
                     continue
@@ -980,7 +974,7 @@ class Tracker:
                     rt = racks.get(rack_of.get(node, "")) if node else None
                     g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
                 continue
-            rack = _label(labels, "rack") or (self.rack_of.get(node) if node else None)
+            rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:
                 rack = next(iter(self.rack))
             rt = self.rack.get(rack) if rack is not None else None
