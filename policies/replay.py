@@ -16,7 +16,7 @@ from policies.model import Decision, Reading
 from policies.policy import Outcome, Policy
 from policies.safety import ClusterLedger, Overrides
 from policies.settings import PolicySettings
-from policies.trace import Header, encode_decision, parse_readings
+from policies.trace import Header, TraceError, encode_decision, parse_readings
 
 
 @dataclass(init=False, frozen=True, slots=True)
@@ -68,7 +68,7 @@ class Replayer:
             self._next = r.mono
         while r.mono > self._next:
             ticks.append(self.tick(self._next))
-            self._next += self.interval_s
+            self._next = self._after(self._next)
         self.policy.observe((r,))
         self._last = r
         return ticks
@@ -93,7 +93,7 @@ class Replayer:
                 batch.clear()
                 while mono > nxt:
                     yield self.tick(nxt)
-                    nxt = self._next = nxt + self.interval_s
+                    nxt = self._next = self._after(nxt)
             take(r)
             last = r
         self._last = last
@@ -105,8 +105,19 @@ class Replayer:
         if self._next is not None and self._last is not None:
             while self._next <= self._last.mono:
                 ticks.append(self.tick(self._next))
-                self._next += self.interval_s
+                self._next = self._after(self._next)
         return ticks
+
+    def _after(self, now: float) -> float:
+        """The evaluation time after ``now``; TraceError where the grid cannot move on."""
+        after = now + self.interval_s
+        if not after > now:
+            # Times so large that a step rounds away (1e306 + 1.0 == 1e306): every
+            # evaluation would be at the same time, and the replay would never end.
+            raise TraceError(
+                f"monotonic time {now!r} is too large to evaluate every {self.interval_s!r} s"
+            )
+        return after
 
     def tick(self, now: float) -> Tick:
         """Evaluate every node at ``now``."""

@@ -198,6 +198,22 @@ def test_replay_command_errors(tmp_path: Path) -> None:
     assert "cannot read trace" in err.getvalue()
 
 
+def test_replay_refuses_times_too_large_to_step(tmp_path: Path, trace_text: str) -> None:
+    # At 1e306 a second rounds away (1e306 + 1.0 == 1e306): every evaluation would be
+    # at the same time and the replay would never end (it did, filling memory).
+    header, *rest = trace_text.splitlines()
+    lines = [header]
+    for line in rest[:400]:
+        record = json.loads(line)
+        record["mono"] += 1e306
+        lines.append(json.dumps(record))
+    trace = tmp_path / "far.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert run_replay(trace, None, out=out, err=err) == 1
+    assert "monotonic time 1e+306 is too large to evaluate every 1.0 s" in err.getvalue()
+
+
 def _poll(t: float, temp: float) -> list[Reading]:
     """One NVML poll of a one-GPU node, as the adapter reports it (no node label)."""
     labels = MappingProxyType({"gpu": "0", "uuid": "GPU-x"})
