@@ -86,7 +86,7 @@ class BucketWindow:
         return math.floor(t / self.bucket_s)
 
     def add(self, t: float, value: float) -> bool:
-        """Add one sample; True when it closed the bucket before it."""
+        """Add one sample; True when it closed the bucket before it (and kept it)."""
         # Called for every sample of every slow series and GPU margin: module-level
         # names and comparisons, not min()/max() calls (the same values: both finite).
         if not (finite(t) and finite(value)):
@@ -97,8 +97,7 @@ class BucketWindow:
         closed = False
         cell = _floor(t / self.bucket_s)
         if last is not None and self._n and cell != self._last_cell:
-            self._close()
-            closed = True
+            closed = self._close()
         self._n += 1
         self._sum_t += t
         self._sum_v += value
@@ -111,13 +110,20 @@ class BucketWindow:
         self.last_value = value
         return closed
 
-    def _close(self) -> None:
+    def _close(self) -> bool:
+        """Close the open bucket; False if its means are not finite (it is dropped)."""
         n = self._n
-        self._closed.append(Bucket(self._sum_t / n, self._sum_v / n, n, self._lo, self._hi))
-        self.closes += 1
+        t, value = self._sum_t / n, self._sum_v / n
+        # Finite samples can still sum past the largest float (values near 1e308): such
+        # a bucket has no mean, and its inf would make NaN slopes of every pair it is in.
+        kept = finite(t) and finite(value)
+        if kept:
+            self._closed.append(Bucket(t, value, n, self._lo, self._hi))
+            self.closes += 1
         self._n = 0
         self._sum_t = self._sum_v = 0.0
         self._lo, self._hi = math.inf, -math.inf
+        return kept
 
     def buckets(self, since: float = -math.inf) -> list[Bucket]:
         """Closed buckets within ``span_s`` of the newest one and not older than ``since``."""

@@ -38,6 +38,23 @@ def test_window_buckets_on_a_fixed_grid_and_stays_bounded() -> None:
     assert all(x.t > b.t - 60.0 - 1e-9 for x in w.buckets())
 
 
+def test_a_bucket_whose_mean_overflows_is_dropped() -> None:
+    # Finite samples near the largest float sum to inf: that bucket has no mean, and
+    # its inf would give NaN slopes (inf - inf) to every fit it is in.
+    w = BucketWindow(10.0, 60.0)
+    assert not w.add(0.0, 1.5e308)
+    assert not w.add(1.0, 1.5e308)
+    assert not w.add(10.0, 1.0)  # closes the first bucket: not kept, so not "closed"
+    assert len(w) == 0 and w.closes == 0
+    assert w.add(20.0, 2.0)  # the next one is
+    assert w.newest == Bucket(10.0, 1.0, 1, 1.0, 1.0) and w.closes == 1
+    f = SeriesForecaster(TrendSettings(bucket_s=10.0, window_s=300.0, min_points=3))
+    for k in range(100):
+        f.add(float(k), 1.5e308 if k % 20 < 10 else -1e307)
+    assert all(math.isfinite(b.value) for b in f.window.buckets())
+    assert f.trend is None or not math.isnan(f.trend.slope)
+
+
 def test_window_ignores_repeats_and_reset_keeps_time_moving() -> None:
     w = BucketWindow(1.0, 10.0)
     assert not w.add(0.2, 1.0)
