@@ -135,6 +135,64 @@ def _median_slope_of(times: list[float], values: list[float], start: int, end: i
     return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
 
 
+# Where a window's median pairwise slope lies against a rate limit (see _slope_side).
+_NO_SLOPE: Final = 0  # no median: under 4 points, or no pair of distinct times
+_WITHIN: Final = 1  # -limit <= median <= limit
+_ABOVE: Final = 2  # median > limit
+_BELOW: Final = 3  # median < -limit
+_EXACT: Final = 4  # the counts do not tell: work the median out
+_SANE_LIMIT: Final = 1e300  # beyond this, a mean of two slopes under it could overflow
+_INF: Final = math.inf
+
+
+def _slope_side(times: list[float], values: list[float], start: int, end: int, limit: float) -> int:
+    """Where :func:`_median_slope_of` of the points ``start:end`` lies against ``limit``.
+
+    Asked at every temperature sample and every evaluation, where only the side
+    matters: counting the pairwise slopes beyond ``limit`` either way tells it without
+    sorting them, except where the two middle slopes (an even count) fall on both
+    sides of the limit, or a slope is not finite: then the answer is _EXACT.
+    The median of an even count is the mean of the two middle slopes, which lies
+    between them when they are finite and under _SANE_LIMIT (IEEE rounding is
+    monotone and both ends are representable).
+    """
+    n = end - start
+    if n < 4:
+        return _NO_SLOPE
+    if n > _MAX_SLOPE_POINTS or not 0.0 <= limit <= _SANE_LIMIT:
+        return _EXACT
+    k = above = below = 0
+    infinite = False
+    for i in range(start, end - 1):
+        t0, v0 = times[i], values[i]
+        for j in range(i + 1, end):
+            t1 = times[j]
+            if t1 > t0:
+                s = (values[j] - v0) / (t1 - t0)
+                k += 1
+                # An infinite slope is beyond any finite limit: checked only there.
+                if s > limit:
+                    above += 1
+                    infinite = infinite or s == _INF
+                elif s < -limit:
+                    below += 1
+                    infinite = infinite or s == -_INF
+    if k == 0:
+        return _NO_SLOPE
+    if infinite:
+        return _EXACT
+    half = k // 2
+    # Sorted, the median is slope[half] (odd k) or the mean of slope[half - 1] and
+    # slope[half] (even k); more than ``half`` slopes above the limit put both there.
+    if above > half:
+        return _ABOVE
+    if below > half:
+        return _BELOW
+    if k % 2 or (above < half and below < half):
+        return _WITHIN
+    return _EXACT
+
+
 def _sorted_values(windows: tuple[list[_Sample], list[_Sample]]) -> _Values:
     """The sorted values of the newer and the older window."""
     newer, older = windows
@@ -316,6 +374,9 @@ class GpuTracker:
         "_settings",
         "_shut_t",
         "_shut_v",
+        "_side_found",
+        "_side_key",
+        "_side_limit",
         "_slopes",
         "_slow_good",
         "_slow_raw",
@@ -394,6 +455,10 @@ class GpuTracker:
         self._spans_at = math.nan  # equal to no time
         self._spans_added = -1
         self._spans_found: _Spans | None = None
+        # The last window _side placed, against which limit, and where (-1: none yet).
+        self._side_key = -1
+        self._side_limit = math.nan
+        self._side_found = _NO_SLOPE
 
     def sample_resistance(self, r: Reading, reference: float | None) -> None:
         """Feed the thermal-resistance estimate with a temperature reading, if steady."""
@@ -435,14 +500,15 @@ class GpuTracker:
         # Not steady while power moves, or while heating faster than a load step would
         # (only the newer window counts here; the rate needs both to be defined).
         steady = self.power_steady()
-        if steady:
-            fastest = self._fastest
-            a = self._slope(n_start, n_end)
-            # |a| <= fastest is steady whatever the older window says, and whatever
-            # one reading step resolves it to (0.0 is slower still).
-            if a is not None and abs(a) > fastest and self._slope(o_start, o_end) is not None:
-                values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
-                steady = _within_one_step(values)
+        # |a| <= fastest (a: the newer window's slope) is steady whatever the older
+        # window says, and whatever one reading step resolves it to (0.0 is slower).
+        if (
+            steady
+            and self._beyond(n_start, n_end, self._fastest)
+            and self._slope(o_start, o_end) is not None
+        ):
+            values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
+            steady = _within_one_step(values)
         self.resistance.add(now, value - reference, watts, steady)
 
     def _sample_scanning(self, r: Reading, reference: float, watts: float) -> None:
@@ -468,11 +534,10 @@ class GpuTracker:
             rates = self.heating_rate(now)
         else:
             o_start, o_end, n_start, n_end = spans
-            a = self._slope(n_start, n_end)
-            if a is None or a <= fastest:
+            if not (self._above(n_start, n_end, fastest) and self._above(o_start, o_end, fastest)):
                 return None
-            b = self._slope(o_start, o_end)
-            if b is None or b <= fastest:
+            a, b = self._slope(n_start, n_end), self._slope(o_start, o_end)
+            if a is None or b is None:  # not after _above: for the type checker
                 return None
             rates = _resolved(self._values_of(now, spans), (a, b))
         if rates is None:
@@ -504,6 +569,34 @@ class GpuTracker:
         if a is None or b is None:
             return None
         return _resolved(values or self._values_of(now, spans), (a, b))
+
+    def _side(self, start: int, end: int, limit: float) -> int:
+        """_slope_side of the kept samples ``start:end``, the last answer remembered."""
+        # Asked at a sample for the newer window and again at the evaluation after it,
+        # usually the same window: keyed as _slope keys its cache.
+        recent = self.recent_temp
+        key = (recent.added - len(recent.times) + start) << 32 | (end - start)
+        if key == self._side_key and limit == self._side_limit:
+            return self._side_found
+        side = _slope_side(recent.times, recent.values, start, end, limit)
+        self._side_key, self._side_limit, self._side_found = key, limit, side
+        return side
+
+    def _beyond(self, start: int, end: int, limit: float) -> bool:
+        """``abs(a) > limit`` for ``a = self._slope(start, end)`` (False for None)."""
+        side = self._side(start, end, limit)
+        if side == _EXACT:
+            a = self._slope(start, end)
+            return a is not None and abs(a) > limit
+        return _ABOVE <= side <= _BELOW
+
+    def _above(self, start: int, end: int, limit: float) -> bool:
+        """``not (a is None or a <= limit)`` for ``a = self._slope(start, end)``."""
+        side = self._side(start, end, limit)
+        if side == _EXACT:
+            a = self._slope(start, end)
+            return not (a is None or a <= limit)
+        return side == _ABOVE
 
     def _slope(self, start: int, end: int) -> float | None:
         """median_slope of the kept samples ``start:end`` (list indices), remembered."""
