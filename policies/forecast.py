@@ -17,15 +17,25 @@ Pure: samples and their timestamps in, numbers out. Same input, same output.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 from policies.search import NATIVE, left
 from policies.window import Bucket, BucketWindow
+
+# Packed vectors of doubles, which mypyc compiles natively: only PackedSlopes uses them.
+# A node without the build tools (librt comes with mypy) runs SortedSlopes instead.
+with contextlib.suppress(ImportError):
+    from librt.vecs import append, vec
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64
 
 
 @dataclass(init=False, frozen=True, slots=True)
@@ -253,28 +263,31 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
-class SortedSlopes:
+class PairSlopes:
     """The pairwise slopes of a moving run of buckets, kept sorted as buckets come and go.
 
     A fit at every bucket close needs order statistics of every pair's slope; a run
     of a sliding window gains its newest bucket and loses its oldest, so all but
     those buckets' pairs are as they were at the last close. The new pairs are
     merged in; the dropped ones, recomputed by the same expression (so they compare
-    equal), are found by bisection and deleted.
+    equal), are found and deleted: the first equal slope for each, as a bisection
+    finds it. Ties keep their order (old slopes before new ones, new ones in pair
+    order), as a stable sort of the kept list and its new tail leaves them.
+
+    Two stores of the same slopes: :class:`SortedSlopes` in a list, whose bisection
+    and sort run in C, for the sources; :class:`PackedSlopes` in a packed vector of
+    doubles, with the merge written out, for the compiled build (policies/native.py),
+    where a list's slopes are boxed floats scattered over the heap.
     """
 
-    __slots__ = ("_buckets", "_slopes")
+    __slots__ = ("_buckets",)
 
     def __init__(self) -> None:
         self._buckets: list[Bucket] = []
-        self._slopes: list[float] = []
 
-    def of(self, run: list[Bucket]) -> list[float]:
-        """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
-
-        The list is kept: read it before the next call, do not change it.
-        """
-        kept, slopes = self._buckets, self._slopes
+    def _moved(self, run: list[Bucket]) -> int:
+        """How many kept buckets ``run`` has left behind; -1 if it is not a later state of them."""
+        kept = self._buckets
         first = run[0]
         drop = 0
         for b in kept:
@@ -288,11 +301,35 @@ class SortedSlopes:
         while later and i < n:
             later = kept[i] is run[i - drop]
             i += 1
-        if not later:
-            # Not a later state of the kept run (a restart, a trimmed window): afresh.
+        # Not a later state of the kept run (a restart, a trimmed window): afresh.
+        return drop if later else -1
+
+    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
+        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
+        raise NotImplementedError
+
+
+class SortedSlopes(PairSlopes):
+    """:class:`PairSlopes` in a sorted list of floats."""
+
+    __slots__ = ("_slopes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slopes: list[float] = []
+
+    def of(self, run: list[Bucket]) -> list[float]:
+        """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
+
+        The list is kept: read it before the next call, do not change it.
+        """
+        kept, slopes = self._buckets, self._slopes
+        drop = self._moved(run)
+        if drop < 0:
             kept, slopes = [], []
             self._buckets, self._slopes = kept, slopes
         else:
+            n = len(kept)
             for i in range(drop):
                 a = kept[i]
                 t, y = a.t, a.value
@@ -312,6 +349,114 @@ class SortedSlopes:
         slopes.sort()
         return slopes
 
+    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
+        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
+        slopes = self.of(run)
+        n = len(run)
+        if n < 3 or len(slopes) < 3:
+            return None
+        stats = _sen(n, slopes, z)
+        if 0.0 in stats and _has_negative_zero(slopes):
+            return _sen_in_pair_order(run, z)
+        return stats
+
+
+class PackedSlopes(PairSlopes):
+    """:class:`PairSlopes` in a packed vector of doubles (librt.vecs), for the compiled build.
+
+    Interpreted, each element of a vector is a call: the sources use SortedSlopes.
+    """
+
+    __slots__ = ("_slopes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slopes: vec[float] = vec[float]()
+
+    def of(self, run: list[Bucket]) -> vec[float]:
+        """As SortedSlopes.of, in a vector; kept, so read it before the next call."""
+        kept, slopes = self._buckets, self._slopes
+        gone = vec[float]()
+        drop = self._moved(run)
+        if drop < 0:
+            kept = self._buckets = []
+            slopes = vec[float]()
+        else:
+            n = len(kept)
+            for i in range(drop):
+                a = kept[i]
+                t, y = a.t, a.value
+                for j in range(i + 1, n):
+                    b = kept[j]
+                    if b.t > t:
+                        gone = append(gone, (b.value - y) / (b.t - t))
+            del kept[:drop]
+        new = vec[float]()
+        for b in run[len(kept) :]:
+            t, y = b.t, b.value
+            for a in kept:
+                if t > a.t:
+                    new = append(new, (y - a.value) / (t - a.t))
+            kept.append(b)
+        _insertion_sort(gone)
+        _insertion_sort(new)
+        self._slopes = slopes = _merged(slopes, gone, new)
+        return slopes
+
+    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
+        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
+        slopes = self.of(run)
+        n, m = len(run), len(slopes)
+        if n < 3 or m < 3:
+            return None
+        mid = m // 2
+        slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
+        lo_i, hi_i = _ranks(n, m, z)
+        stats = (slope, slopes[lo_i], slopes[hi_i])
+        if 0.0 in stats:
+            for s in slopes:
+                if s == 0.0 and math.copysign(1.0, s) < 0.0:
+                    return _sen_in_pair_order(run, z)
+        return stats
+
+
+def _insertion_sort(v: vec[float]) -> None:
+    """Sort a short vector in place, ties in their order."""
+    n = len(v)
+    i: i64 = 1
+    while i < n:
+        x = v[i]
+        j = i - 1
+        while j >= 0 and x < v[j]:
+            v[j + 1] = v[j]
+            j -= 1
+        v[j + 1] = x
+        i += 1
+
+
+def _merged(kept: vec[float], gone: vec[float], new: vec[float]) -> vec[float]:
+    """Sorted ``kept`` less sorted ``gone`` (the first equal of each), merged with sorted ``new``.
+
+    On a tie a kept slope comes first, as a stable sort of ``kept + new`` puts it.
+    """
+    out = vec[float](capacity=len(kept) - len(gone) + len(new))
+    g: i64 = 0
+    k: i64 = 0
+    n_gone = len(gone)
+    n_new = len(new)
+    for x in kept:
+        if g < n_gone and x == gone[g]:
+            g += 1
+            continue
+        while k < n_new and new[k] < x:
+            out = append(out, new[k])
+            k += 1
+        out = append(out, x)
+    while k < n_new:
+        out = append(out, new[k])
+        k += 1
+    return out
+
 
 def _has_negative_zero(slopes: list[float]) -> bool:
     """Whether sorted ``slopes`` hold a -0.0 (equal to 0.0, but not the same float)."""
@@ -319,24 +464,16 @@ def _has_negative_zero(slopes: list[float]) -> bool:
     return any(math.copysign(1.0, s) < 0.0 for s in slopes[i:j])
 
 
-def _sen_of_run(
-    run: list[Bucket], slopes: list[float], z: float
-) -> tuple[float, float, float] | None:
-    """:func:`_sen` of ``run`` given its sorted slopes from :class:`SortedSlopes`.
+def _sen_in_pair_order(run: list[Bucket], z: float) -> tuple[float, float, float]:
+    """:func:`_sen` of ``run`` from its slopes taken in :func:`theil_sen`'s order.
 
-    A zero order statistic could be 0.0 or -0.0 where both are kept; which one a sort
-    puts first depends on the order the slopes came in. Then the slopes are taken in
-    :func:`theil_sen`'s order, so the result is the same float.
+    For kept slopes holding both 0.0 and -0.0 when an order statistic is zero:
+    which of the two a sort puts first depends on the order the slopes came in, and
+    this order gives the same float as :func:`theil_sen`.
     """
-    n = len(run)
-    if n < 3 or len(slopes) < 3:
-        return None
-    stats = _sen(n, slopes, z)
-    if 0.0 in stats and _has_negative_zero(slopes):
-        slopes = _pair_slopes(run)
-        slopes.sort()
-        stats = _sen(n, slopes, z)
-    return stats
+    slopes = _pair_slopes(run)
+    slopes.sort()
+    return _sen(len(run), slopes, z)
 
 
 class SeriesForecaster:
@@ -372,8 +509,8 @@ class SeriesForecaster:
         self._trusted = False
         self._since = -math.inf
         # The sorted slopes of the whole window and of its recent half.
-        self._whole = SortedSlopes()
-        self._recent = SortedSlopes()
+        self._whole: PairSlopes = PackedSlopes() if NATIVE else SortedSlopes()
+        self._recent: PairSlopes = PackedSlopes() if NATIVE else SortedSlopes()
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""
@@ -411,11 +548,11 @@ class SeriesForecaster:
         if n < self.settings.min_points or n < 3:
             return None
         z = self._z
-        whole = _sen_of_run(points, self._whole.of(points), z)
+        whole = self._whole.sen(points, z)
         if whole is None:
             return None
         recent_points = points[n // 2 :]
-        recent = _sen_of_run(recent_points, self._recent.of(recent_points), z)
+        recent = self._recent.sen(recent_points, z)
         # Only the chosen trend needs its level (a median of offsets from its slope).
         # Arguments spelled out: compiled, a starred call is a generic Python call.
         if recent is None or recent[1] <= whole[0] <= recent[2]:

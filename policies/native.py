@@ -5,7 +5,8 @@ compiler mypy ships: it reads the type hints this code already has) into
 ``build/native/``, with a manifest of the SHA-256 of every ``policies/*.py`` they
 were built from. At the first import of ``policies`` this module checks that
 manifest against the sources beside it; only if every digest, the interpreter's
-ABI, the compiled files' own digests and the library's import check out does it
+ABI, the compiled files' own digests, the library's import and the modules it
+imports at run time (:data:`RUNTIME_MODULES`) check out does it
 put the compiled directory first on the package's ``__path__``. Otherwise,
 silently, nothing changes and the ``.py`` files run: an edited source is never
 shadowed by a stale build, a damaged build is never loaded, and a node installed
@@ -48,6 +49,9 @@ COMPILED_MODULES = (
     "tracking",
     "window",
 )
+# What the compiled modules import when they load, beyond the package: the packed
+# vectors of doubles (PackedSlopes) come from librt, which mypy installs with itself.
+RUNTIME_MODULES = ("librt.vecs",)
 GROUP = "_compiled"  # the shared library: policies/_compiled__mypyc<EXT_SUFFIX>
 MANIFEST = "manifest.json"
 PURE_ENV = "RACKGUARD_PURE_PYTHON"
@@ -120,6 +124,11 @@ def _activate() -> tuple[bool, str]:
     why = build_problem(BUILD_DIR)
     if why:
         return False, why
+    for name in RUNTIME_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # whatever the failure, the sources still work
+            return False, f"cannot import {name}, which the build needs: {e}"
     compiled_dir = str(BUILD_DIR / "policies")
     path = package.__path__
     path.insert(0, compiled_dir)

@@ -73,6 +73,21 @@ def test_a_fitting_build_is_taken_and_the_switch_turns_it_off(built: Path) -> No
     assert off.stdout.split() == ["False", "True", "True"]
 
 
+def test_a_build_whose_runtime_is_missing_leaves_the_sources(built: Path) -> None:
+    # The packed vectors come from librt (installed with mypy): a node that has the
+    # build but not librt runs the sources, not a package that fails to import.
+    code = (
+        "import sys; sys.modules['librt.vecs'] = None;"
+        "import policies.native as n, policies.forecast as f;"
+        "print(n.COMPILED, f.__file__.endswith('.py')); print(n.WHY_NOT)"
+    )
+    done = _python(code, pure="0")
+    assert done.returncode == 0, done.stderr
+    taken, why = done.stdout.splitlines()
+    assert taken.split() == ["False", "True"]
+    assert why.startswith("cannot import librt.vecs, which the build needs")
+
+
 def _copy(built: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "native"
     shutil.copytree(built, copy)
