@@ -1047,6 +1047,12 @@ class Tracker:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
         nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
         racks, rack_of = self.rack, self.rack_of
+        # A GPU's readings come together (temperature, thresholds, power, limit) and a
+        # node's GPUs too: the last GPU's and the last node's look-ups are kept, and
+        # reused while the labels are equal. Comparing two strings costs less than
+        # hashing one (each reading's label values are new strings) and looking it up.
+        last_node, last_gpu, last = "", "", None  # labels of the last GPU found, and it
+        rack_node, node_rack = "", None  # the last node whose rack was looked up, and it
         for r in readings:
             kind = r.kind
             # A reading's labels are a dict but typed a Mapping: compiled, ``get`` on a
@@ -1056,16 +1062,26 @@ class Tracker:
             node = labels.get("node") or default_node
             if kind in gpu_kinds:
                 gpu = labels.get("gpu")
-                tracker = nodes.get(node)  # type: ignore[arg-type]  # None: no such node
-                if gpu is None or tracker is None:
+                if gpu is None or node is None:
                     continue
-                g = tracker.gpus.get(gpu)
-                if g is None:
-                    g = tracker.gpus[gpu] = GpuTracker(self.settings)
+                if last is not None and gpu == last_gpu and node == last_node:
+                    g = last
+                else:
+                    tracker = nodes.get(node)
+                    if tracker is None:
+                        continue
+                    found = tracker.gpus.get(gpu)
+                    if found is None:
+                        found = tracker.gpus[gpu] = GpuTracker(self.settings)
+                    last_node, last_gpu, last = node, gpu, found
+                    g = found
                 g.observe(r, kind)
                 if kind is _TEMPERATURE:
-                    rt = racks.get(rack_of.get(node, "")) if node else None
-                    g.sample_resistance(r, rt.reference(r.mono) if rt is not None else None)
+                    if node != rack_node or not node:
+                        rack_node = node
+                        node_rack = racks.get(rack_of.get(node, "")) if node else None
+                    reference = node_rack.reference(r.mono) if node_rack is not None else None
+                    g.sample_resistance(r, reference)
                 continue
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:
