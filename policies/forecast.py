@@ -367,11 +367,14 @@ class PackedSlopes(PairSlopes):
     Interpreted, each element of a vector is a call: the sources use SortedSlopes.
     """
 
-    __slots__ = ("_slopes",)
+    __slots__ = ("_slopes", "_spare")
 
     def __init__(self) -> None:
         super().__init__()
         self._slopes: vec[float] = vec[float]()
+        # The slopes before the last call: written over by the next merge when it has
+        # the right length (a sliding window loses as many pairs as it gains).
+        self._spare: vec[float] = vec[float]()
 
     def of(self, run: list[Bucket]) -> vec[float]:
         """As SortedSlopes.of, in a vector; kept, so read it before the next call."""
@@ -400,8 +403,15 @@ class PackedSlopes(PairSlopes):
             kept.append(b)
         _insertion_sort(gone)
         _insertion_sort(new)
-        self._slopes = slopes = _merged(slopes, gone, new)
-        return slopes
+        out = self._spare
+        size = len(slopes) - len(gone) + len(new)
+        if len(out) != size:
+            out = vec[float](capacity=size)
+            for _ in range(size):
+                out = append(out, 0.0)
+        _merge_into(out, slopes, gone, new)
+        self._spare, self._slopes = slopes, out
+        return out
 
     def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
         """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
@@ -434,12 +444,14 @@ def _insertion_sort(v: vec[float]) -> None:
         i += 1
 
 
-def _merged(kept: vec[float], gone: vec[float], new: vec[float]) -> vec[float]:
-    """Sorted ``kept`` less sorted ``gone`` (the first equal of each), merged with sorted ``new``.
+def _merge_into(out: vec[float], kept: vec[float], gone: vec[float], new: vec[float]) -> None:
+    """Write sorted ``kept`` less sorted ``gone`` (the first equal of each) and sorted ``new``.
 
     On a tie a kept slope comes first, as a stable sort of ``kept + new`` puts it.
+    ``out`` has the result's length and is not ``kept``; stores by index, not appends
+    (an append is a call into librt).
     """
-    out = vec[float](capacity=len(kept) - len(gone) + len(new))
+    i: i64 = 0
     g: i64 = 0
     k: i64 = 0
     n_gone = len(gone)
@@ -449,13 +461,15 @@ def _merged(kept: vec[float], gone: vec[float], new: vec[float]) -> vec[float]:
             g += 1
             continue
         while k < n_new and new[k] < x:
-            out = append(out, new[k])
+            out[i] = new[k]
+            i += 1
             k += 1
-        out = append(out, x)
+        out[i] = x
+        i += 1
     while k < n_new:
-        out = append(out, new[k])
+        out[i] = new[k]
+        i += 1
         k += 1
-    return out
 
 
 def _has_negative_zero(slopes: list[float]) -> bool:
