@@ -313,7 +313,18 @@ class Policy:
         self.breaker = BreakerState()
         # Per node: the GPU dict last seen and its keys in index order (see _gpus).
         self._gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = {}
-        self._horizon_s = settings.drain_horizon_s
+        self._read(settings)
+
+    def _read(self, s: PolicySettings) -> None:
+        # The settings every GPU's evaluation reads, as attributes of this class:
+        # compiled, a native field read (the settings' own fields are generic reads).
+        self._horizon_s = s.drain_horizon_s
+        self._stale_s = s.stale_after_s
+        self._critical_c = s.critical_margin_c
+        self._enter_c = s.enter_margin_c
+        self._shutdown_c = s.shutdown_margin_c
+        self._fastest = s.max_gpu_rate_c_per_min / 60.0
+        self._min_points = s.trend_min_points
 
     @property
     def settings(self) -> PolicySettings:
@@ -324,7 +335,7 @@ class Policy:
     def settings(self, new: PolicySettings) -> None:
         old = self._settings
         self._settings = new
-        self._horizon_s = new.drain_horizon_s
+        self._read(new)
         if any(getattr(old, f) != getattr(new, f) for f in _TRACKER_FIELDS):
             # Windows and fits of another shape: start them afresh; states stay.
             self.tracker = Tracker(new, self.racks, default_node=self._default_node)
@@ -406,7 +417,8 @@ class Policy:
     def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> GpuView:
         s = self._settings
         subject = "gpu" + gpu
-        stale = s.stale_after_s
+        stale = self._stale_s
+        critical = self._critical_c
         temp = t.fresh_temperature(now, stale)
         slow = t.fresh_slowdown(now, stale)
         if temp is None or slow is None:
@@ -414,7 +426,7 @@ class Policy:
             why_s = fresh(t.slowdown, now, stale)[1]
             detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
             return GpuView(subject, now, _UNKNOWN, s, detail=detail)
-        fast = _fast_heating(t, now, s)
+        fast = _fast_heating(t, now, self._fastest)
         margin = slow - temp
         forecaster = t.margin
         # A steady GPU's forecaster is untrusted: no trend, no time to threshold.
@@ -424,7 +436,7 @@ class Policy:
         predicted = at_risk = False
         trend = forecaster.trend
         if trend is not None and forecaster.trusted:
-            ttt = forecaster.time_to(s.critical_margin_c, falling=True, at=now)
+            ttt = forecaster.time_to(critical, falling=True, at=now)
             per_min = -trend.slope * 60
             fall = -trend.slope if trend.falling else None
             early = ttt.early_s if ttt is not None else None
@@ -432,16 +444,17 @@ class Policy:
                 horizon = self._horizon_s
                 predicted = early <= horizon
                 at_risk = early <= 2 * horizon
-        full = _full_load_margin(t, slow, reference, now, s)
+        full = _full_load_margin(t, slow, reference, now, self._min_points, stale)
         shutdown: float | None = None
-        if margin <= s.critical_margin_c:
+        enter = self._enter_c
+        if margin <= critical:
             cond = _CRITICAL
         elif (shut := t.fresh_shutdown(now, stale)) is not None and (
-            shut - temp <= s.shutdown_margin_c
+            shut - temp <= self._shutdown_c
         ):
             cond = _CRITICAL
             shutdown = shut
-        elif margin <= s.enter_margin_c or predicted:
+        elif margin <= enter or predicted:
             cond = _WARNING
         else:
             cond = _OK
@@ -456,7 +469,7 @@ class Policy:
             ttt=ttt,
             trend_per_min=per_min,
             fall_c_per_s=fall,
-            predicted=cond is _WARNING and margin > s.enter_margin_c,
+            predicted=cond is _WARNING and margin > enter,
             at_risk=at_risk,
             fast_heating_c_per_s=fast,
             full_load_margin=full,
@@ -1004,16 +1017,24 @@ def _supply_limit(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
     return min(own) if own else s.supply_limit(rack)
 
 
-def _fast_heating(t: GpuTracker, now: float, s: PolicySettings) -> float | None:
-    """The heating rate (C/s) when both confirm windows exceed the step rate at flat power."""
+def _fast_heating(t: GpuTracker, now: float, fastest: float) -> float | None:
+    """The heating rate (C/s) when both confirm windows exceed ``fastest``, at flat power.
+
+    ``fastest``: the step rate, ``max_gpu_rate_c_per_min / 60``.
+    """
     # The rate first: it is rarely that fast, and its window slope is usually known
     # already (worked out when the newest temperature was taken).
-    rate = t.fast_heating(now, s.max_gpu_rate_c_per_min / 60.0)
+    rate = t.fast_heating(now, fastest)
     return rate if rate is not None and t.power_steady() else None
 
 
 def _full_load_margin(
-    t: GpuTracker, slowdown: float, reference: float | None, now: float, s: PolicySettings
+    t: GpuTracker,
+    slowdown: float,
+    reference: float | None,
+    now: float,
+    min_points: int,
+    stale_after_s: float,
 ) -> float | None:
     """Slowdown minus the temperature at the enforced power limit (conservative bound).
 
@@ -1022,10 +1043,10 @@ def _full_load_margin(
     """
     if reference is None:
         return None
-    est = t.resistance.estimate(s.trend_min_points)
+    est = t.resistance.estimate(min_points)
     if est is None:
         return None
-    limit = fresh_value(t.limit, now, s.stale_after_s)
+    limit = fresh_value(t.limit, now, stale_after_s)
     if limit is None:
         return None
     return slowdown - (reference + est.lo * limit)

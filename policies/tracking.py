@@ -830,11 +830,13 @@ class SlowSeries:
     def observe(self, r: Reading) -> None:
         """Take one reading of this series."""
         self.latest = r
-        if r.usable and r.value is not None:
+        value = r.value
+        if value is not None and usable(r):
+            mono = r.mono
             self.ever_usable = True
-            self.forecaster.add(r.mono, r.value)
+            self.forecaster.add(mono, value)
             last_t, last_value = self.raw.last_t, self.raw.last_value
-            if self.raw.add(r.mono, r.value):
+            if self.raw.add(mono, value):
                 self._closed()
             if self.raw.last_t != last_t:  # taken (not a repeat, not out of order)
                 self._prev_sample = last_value
@@ -941,34 +943,39 @@ class RackTracker:
     def observe(self, r: Reading) -> None:
         """Take one rack-level reading; kinds the policy does not use are ignored."""
         self._observed += 1
-        if r.kind in _COOLANT_KINDS and r.usable:
+        # Each field read once: compiled, a field of a Reading (a msgspec Struct) is a
+        # generic attribute read, and its key (read once here) a Python property.
+        kind, value, mono = r.kind, r.value, r.mono
+        ok = usable(r)
+        if ok and kind in _COOLANT_KINDS:
             # Only data counts as the unit answering: an adapter reporting a silent
             # subscription stamps BAD readings at every poll.
-            self._polled(r.mono)
-        by_key = self.slow.get(r.kind)
+            self._polled(mono)
+        key = r.key
+        by_key = self.slow.get(kind)
         if by_key is not None:
-            series = by_key.get(r.key)
+            series = by_key.get(key)
             if series is None:
                 s = self._settings
-                rate = None if r.kind is SensorKind.COOLANT_FLOW else s.max_air_rate_c_per_min
-                series = by_key[r.key] = SlowSeries(s, rate)
+                rate = None if kind is SensorKind.COOLANT_FLOW else s.max_air_rate_c_per_min
+                series = by_key[key] = SlowSeries(s, rate)
             high = series.sustained_high
             series.observe(r)
-            if r.kind is SensorKind.COOLANT_FLOW and r.usable and r.value is not None:
+            if kind is SensorKind.COOLANT_FLOW and ok and value is not None:
                 low = (
                     high is not None
                     and high > 0
-                    and r.value < self._settings.flow_low_fraction * high
+                    and value < self._settings.flow_low_fraction * high
                 )
-                self.runs.setdefault(r.key, LossRun()).update(r.mono, low)
+                self.runs.setdefault(key, LossRun()).update(mono, low)
             return
-        latest = self.state.get(r.kind)
+        latest = self.state.get(kind)
         if latest is not None:
-            latest[r.key] = r
-            if r.usable and r.value is not None:
-                self.present.add(r.key)
-                if r.kind is SensorKind.PUMP_STATE:
-                    self.runs.setdefault(r.key, LossRun()).update(r.mono, r.value < 0.5)
+            latest[key] = r
+            if ok and value is not None:
+                self.present.add(key)
+                if kind is SensorKind.PUMP_STATE:
+                    self.runs.setdefault(key, LossRun()).update(mono, value < 0.5)
 
     def _polled(self, mono: float) -> None:
         last = self.coolant_last
@@ -1061,25 +1068,28 @@ class Tracker:
             labels = given if isinstance(given, dict) else dict(given)
             node = labels.get("node") or default_node
             if kind in gpu_kinds:
-                gpu = labels.get("gpu")
-                if gpu is None or node is None:
+                label = labels.get("gpu")
+                if label is None or node is None:
                     continue
-                if last is not None and gpu == last_gpu and node == last_node:
+                # Typed str from here: compiled, comparing two str is a native operation.
+                gpu: str = label
+                on: str = node
+                if last is not None and gpu == last_gpu and on == last_node:
                     g = last
                 else:
-                    tracker = nodes.get(node)
+                    tracker = nodes.get(on)
                     if tracker is None:
                         continue
                     found = tracker.gpus.get(gpu)
                     if found is None:
                         found = tracker.gpus[gpu] = GpuTracker(self.settings)
-                    last_node, last_gpu, last = node, gpu, found
+                    last_node, last_gpu, last = on, gpu, found
                     g = found
                 g.observe(r, kind)
                 if kind is _TEMPERATURE:
-                    if node != rack_node or not node:
-                        rack_node = node
-                        node_rack = racks.get(rack_of.get(node, "")) if node else None
+                    if on != rack_node or not on:
+                        rack_node = on
+                        node_rack = racks.get(rack_of.get(on, "")) if on else None
                     reference = node_rack.reference(r.mono) if node_rack is not None else None
                     g.sample_resistance(r, reference)
                 continue

@@ -13,8 +13,6 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-_floor = math.floor
-
 
 def finite(x: float) -> bool:
     """``math.isfinite(x)`` for a float: NaN and the infinities give NaN here, not 0."""
@@ -87,15 +85,16 @@ class BucketWindow:
 
     def add(self, t: float, value: float) -> bool:
         """Add one sample; True when it closed the bucket before it (and kept it)."""
-        # Called for every sample of every slow series and GPU margin: module-level
-        # names and comparisons, not min()/max() calls (the same values: both finite).
+        # Called for every sample of every slow series and GPU margin: comparisons, not
+        # min()/max() calls (the same values: both finite). math.floor, not a module
+        # alias of it: compiled, math.floor of a float is a native operation.
         if not (finite(t) and finite(value)):
             return False
         last = self.last_t
         if last is not None and t <= last:
             return False
         closed = False
-        cell = _floor(t / self.bucket_s)
+        cell = math.floor(t / self.bucket_s)
         if last is not None and self._n and cell != self._last_cell:
             closed = self._close()
         self._n += 1
