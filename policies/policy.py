@@ -74,7 +74,6 @@ from policies.tracking import (
     Tracker,
     absent,
     fresh,
-    fresh_value,
 )
 
 # Enum members as compiled constants: looked up on their class, a member costs a
@@ -1046,7 +1045,7 @@ def _full_load_margin(
     est = t.resistance.estimate(min_points)
     if est is None:
         return None
-    limit = fresh_value(t.limit, now, stale_after_s)
+    limit = t.fresh_limit(now, stale_after_s)
     if limit is None:
         return None
     return slowdown - (reference + est.lo * limit)

@@ -365,6 +365,7 @@ class GpuTracker:
     __slots__ = (
         "_confirm_s",
         "_fastest",
+        "_limit_t",
         "_limit_v",
         "_power",
         "_power_keep_s",
@@ -420,6 +421,7 @@ class GpuTracker:
         self._shut_v = self._shut_t = math.nan
         self._power_v = self._power_t = math.nan
         self._limit_v: float | None = None  # the power limit, when usable
+        self._limit_t = math.nan
         self.margin = SeriesForecaster(
             settings.trend(settings.max_gpu_rate_c_per_min), floor=settings.critical_margin_c
         )
@@ -745,12 +747,16 @@ class GpuTracker:
                     self._check_load_step()
         elif kind is _POWER_LIMIT:
             self.limit = r
-            self._limit_v = r.value if usable(r) else None
+            value = r.value
+            self._limit_t = r.mono
+            good = value is not None and r.quality is _GOOD and finite(value)  # usable(r)
+            self._limit_v = value if good else None
         elif kind is _SHUTDOWN:
             self.shutdown = r
             value = r.value
             self._shut_t = r.mono
-            self._shut_v = value if usable(r) and value is not None else math.nan
+            good = value is not None and r.quality is _GOOD and finite(value)  # usable(r)
+            self._shut_v = value if good and value is not None else math.nan
 
     def fresh_temperature(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.temperature, now, stale_after_s)``, from what observe kept."""
@@ -763,6 +769,11 @@ class GpuTracker:
         value = self._slow_v
         # NaN (not usable) fails value - value == 0.0; written out: one call, not three.
         return value if value - value == 0.0 and not now - self._slow_t > stale_after_s else None
+
+    def fresh_limit(self, now: float, stale_after_s: float) -> float | None:
+        """``fresh_value(self.limit, now, stale_after_s)``, from what observe kept."""
+        value = self._limit_v
+        return value if value is not None and not now - self._limit_t > stale_after_s else None
 
     def fresh_shutdown(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.shutdown, now, stale_after_s)``, from what observe kept."""

@@ -48,3 +48,4 @@ def test_kept_values_are_fresh_value_of_the_latest_readings() -> None:
             assert g.fresh_temperature(now, stale) == fresh_value(g.temperature, now, stale)
             assert g.fresh_slowdown(now, stale) == fresh_value(g.slowdown, now, stale)
             assert g.fresh_shutdown(now, stale) == fresh_value(g.shutdown, now, stale)
+            assert g.fresh_limit(now, stale) == fresh_value(g.limit, now, stale)
