@@ -9,6 +9,7 @@ latest reading on every evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -24,6 +25,12 @@ from policies.model import Quality, Reading, SensorKind
 from policies.search import NATIVE, left, right
 from policies.settings import PolicySettings
 from policies.window import BucketWindow, finite
+
+# Packed vectors, which mypyc compiles natively: only PackedRecent uses them (as
+# policies/forecast.py's PackedSlopes). Without the build tools the sources run.
+with contextlib.suppress(ImportError):
+    from librt.vecs import append, pop, vec
+    from mypy_extensions import i64  # vec[i64] names it at run time
 
 _NOMINAL_POWER_LIMIT_W: Final = 500.0  # load-step scale when a GPU reports no power limit
 
@@ -305,6 +312,126 @@ class RecentSamples:
             raise ValueError("these samples are kept without their range")
         return self._highs[0][1] - self._lows[0][1]
 
+    @property
+    def count(self) -> int:
+        """Samples kept."""
+        return len(self.samples)
+
+    def values_since(self, since: float) -> list[float]:
+        """The values of the newest samples back to the first older than ``since``, newest first."""
+        return [v for _, v in takewhile(lambda x: x[0] >= since, reversed(self.samples))]
+
+
+class PackedRecent:
+    """:class:`RecentSamples` (ranged) in packed vectors (librt.vecs), for the compiled build.
+
+    The samples are ``_times[_head:]`` and ``_values[_head:]``. The candidates for the
+    window's max (values decreasing) and min (increasing) are their indices, in
+    ``_highs[_high_head:]`` and ``_lows[_low_head:]``: the same candidates, dropped by
+    the same comparisons, as RecentSamples' deques. Dropped entries are cut off once
+    _COMPACT have piled up. Interpreted, each element of a vector is a call: the
+    sources use RecentSamples (deques in C); compiled, each deque operation is a call.
+    """
+
+    __slots__ = (
+        "_head",
+        "_high_head",
+        "_highs",
+        "_low_head",
+        "_lows",
+        "_times",
+        "_values",
+        "added",
+        "ordered",
+    )
+
+    def __init__(self) -> None:
+        self._times = vec[float]()
+        self._values = vec[float]()
+        self._highs = vec[i64]()
+        self._lows = vec[i64]()
+        self._head: i64 = 0
+        self._high_head: i64 = 0
+        self._low_head: i64 = 0
+        self.added = 0  # samples taken so far, as RecentSamples.added
+        self.ordered = True  # as RecentSamples.ordered
+
+    def add(self, t: float, value: float, keep_s: float) -> None:
+        """One sample; those older than ``keep_s`` before it are dropped."""
+        times, values = self._times, self._values
+        n = len(times)
+        head = self._head
+        if n > head and t <= times[n - 1]:
+            return
+        if not finite(t):
+            self.ordered = False
+        times = append(times, t)
+        values = append(values, value)
+        self.added += 1
+        cutoff = t - keep_s
+        while times[head] < cutoff:
+            head += 1
+        highs, high_head = self._highs, self._high_head
+        while len(highs) > high_head and values[highs[len(highs) - 1]] <= value:
+            highs, _ = pop(highs)
+        highs = append(highs, n)
+        lows, low_head = self._lows, self._low_head
+        while len(lows) > low_head and values[lows[len(lows) - 1]] >= value:
+            lows, _ = pop(lows)
+        lows = append(lows, n)
+        while times[highs[high_head]] < cutoff:
+            high_head += 1
+        while times[lows[low_head]] < cutoff:
+            low_head += 1
+        if head >= _COMPACT:
+            # Every candidate left is a kept sample (at or after head): shift them all.
+            times, values = times[head:], values[head:]
+            highs = _shifted(highs, high_head, head)
+            lows = _shifted(lows, low_head, head)
+            head = high_head = low_head = 0
+        self._times, self._values, self._head = times, values, head
+        self._highs, self._high_head = highs, high_head
+        self._lows, self._low_head = lows, low_head
+
+    def spread(self) -> float:
+        """The highest minus the lowest value kept (0.0 when none)."""
+        if len(self._times) <= self._head:
+            return 0.0
+        values = self._values
+        return values[self._highs[self._high_head]] - values[self._lows[self._low_head]]
+
+    @property
+    def count(self) -> int:
+        """Samples kept."""
+        return len(self._times) - self._head
+
+    def values_since(self, since: float) -> list[float]:
+        """The values of the newest samples back to the first older than ``since``, newest first."""
+        times, values = self._times, self._values
+        out: list[float] = []
+        i = len(times) - 1
+        while i >= self._head and times[i] >= since:
+            out.append(values[i])
+            i -= 1
+        return out
+
+    @property
+    def samples(self) -> list[tuple[float, float]]:
+        """The samples kept, oldest first (as RecentSamples.samples holds them)."""
+        head = self._head
+        return list(zip(self._times[head:], self._values[head:], strict=True))
+
+
+_COMPACT: Final = 256  # dropped samples PackedRecent keeps before cutting them off
+
+
+def _shifted(indices: vec[i64], start: i64, by: i64) -> vec[i64]:
+    """``indices[start:]``, each less ``by``."""
+    out = vec[i64](capacity=len(indices) - start)
+    for i in range(start, len(indices)):
+        out = append(out, indices[i] - by)
+    return out
+
 
 class TimedValues:
     """The (t, value) samples of the last ``keep_s`` seconds, as two parallel lists.
@@ -432,7 +559,9 @@ class GpuTracker:
         # Raw samples for the fast signature (heating with flat power): temperatures over
         # two confirm windows, power over the settle time (a step's heating lasts that long).
         self.recent_temp = TimedValues()
-        self.recent_power = RecentSamples()
+        self.recent_power: RecentSamples | PackedRecent = (
+            PackedRecent() if NATIVE else RecentSamples()
+        )
         # The slopes of recent windows (a pure function of their samples), by place.
         self._slopes: dict[int, float | None] = {}
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
@@ -696,8 +825,7 @@ class GpuTracker:
         if len(newer) < 3 or len(older) < 3 or _mid(newer) >= _mid(older):
             return False
         since = now - 2 * self._confirm_s
-        recent = takewhile(lambda x: x[0] >= since, reversed(self.recent_power.samples))
-        watts = [v for _, v in recent]
+        watts = self.recent_power.values_since(since)
         return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
 
     def _load_step_w(self) -> float:
@@ -706,7 +834,7 @@ class GpuTracker:
 
     def power_steady(self) -> bool:
         """No power change of a load step over the settle time (and none detected)."""
-        if len(self.recent_power.samples) < 2:
+        if self.recent_power.count < 2:
             return False
         return self.recent_power.spread() <= self._load_step_w()
 
