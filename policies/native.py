@@ -13,8 +13,10 @@ shadowed by a stale build, a damaged build is never loaded, and a node installed
 from a wheel runs pure Python.
 
 The compiled modules are the same code (the replay goldens hold for both, see
-``tests/policies/test_native.py``), replay about twice as fast. ``RACKGUARD_PURE_PYTHON=1``
-turns them off.
+``tests/policies/test_native.py``), replay about three times as fast. Where a compiled
+module keeps floats packed (PackedSlopes, PackedRecent: librt's vectors, which are
+calls when interpreted), the sources keep the list or deque version, and the tests
+hold the two to the same results. ``RACKGUARD_PURE_PYTHON=1`` turns them off.
 
 Hot dataclasses (those a replay builds per bucket, per fit, per GPU or node and
 evaluation) are declared ``init=False`` with their ``__init__`` written out,
