@@ -48,7 +48,7 @@ class PolicySettings:
     lead_margin: float = bounded(1.5, ge=1, le=4, doc="drain a breach within lead x this")
     confidence: float = bounded(0.9, ge=0.6, le=0.999, doc="one-sided confidence of bounds")
     trend_window_s: float = bounded(300.0, gt=0, doc="trend fit window")
-    trend_bucket_s: float = bounded(10.0, gt=0, doc="trend bucket (mean of its samples)")
+    trend_bucket_s: float = bounded(10.0, ge=0.1, le=3600, doc="trend bucket (mean of its samples)")
     trend_min_points: int = bounded(6, ge=3, le=200, doc="fewest buckets a trend is fitted on")
     skill_horizon_s: float = bounded(60.0, gt=0, doc="horizon forecasts are scored at")
     skill_margin: float = bounded(
@@ -153,5 +153,12 @@ class PolicySettings:
             yield (
                 "skill_horizon_s",
                 f"must be at least trend_bucket_s ({self.trend_bucket_s}), "
+                f"got {self.skill_horizon_s}",
+            )
+        elif self.skill_horizon_s > 1000 * self.trend_bucket_s:
+            # Each series keeps the forecasts of one horizon pending, one per bucket.
+            yield (
+                "skill_horizon_s",
+                f"must be at most 1000 trend buckets ({1000 * self.trend_bucket_s:g} s), "
                 f"got {self.skill_horizon_s}",
             )

@@ -89,6 +89,15 @@ def test_minimal_config_gets_defaults() -> None:
             MINIMAL + "[policy]\nenter_margin_c = 8.0\nexit_margin_c = 6.0\n",
             "policy.exit_margin_c: exit threshold must be above enter_margin_c",
         ),
+        # A bucket so small that the forecasts pending per series overflowed a deque.
+        (
+            MINIMAL + "[policy]\ntrend_bucket_s = 1e-300\ntrend_window_s = 1e-299\n",
+            "policy.trend_bucket_s: must be at least 0.1",
+        ),
+        (
+            MINIMAL + "[policy]\nskill_horizon_s = 1e300\n",
+            "policy.skill_horizon_s: must be at most 1000 trend buckets",
+        ),
         (MINIMAL + "[api]\nport = 70000\n", "api.port: must be at most 65535"),
         (MINIMAL + "[logging]\nlevel = 'loud'\n", "logging.level: must be one of"),
         ("[node]\nname='n1'\n[sources.g]\ntype='ipmi'\n", "sources.g.type: must be one of 'nvml'"),
