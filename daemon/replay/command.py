@@ -2,8 +2,8 @@
 
 Only the config's ``[policy]`` table is read (a replay needs no sources, secrets
 or scheduler), so a production config replays on any machine. A ``.gz`` trace is
-read compressed. Exit 0 after the last decision, 2 for an invalid config, 1 for
-a trace that cannot be read.
+read compressed. Exit 0 after the last decision, 2 for an invalid config or
+``--interval``, 1 for a trace that cannot be read.
 """
 
 from __future__ import annotations
@@ -78,6 +78,15 @@ def run_replay(
         for problem in e.problems:
             print(f"  {problem}", file=err)
         return EXIT_CONFIG
+    if interval_s is not None:
+        # The bounds of evaluate_interval_s: a zero or negative step never moves the
+        # grid, and a tiny one takes forever.
+        try:
+            load_typed(PolicyConfig, {"evaluate_interval_s": interval_s})
+        except ConfigError as e:
+            for problem in e.problems:
+                print(f"rackguard: invalid --interval: {problem.partition(': ')[2]}", file=err)
+            return EXIT_CONFIG
     settings = policy_settings(cfg)
     step = interval_s if interval_s is not None else cfg.evaluate_interval_s
     try:

@@ -198,6 +198,29 @@ def test_replay_command_errors(tmp_path: Path) -> None:
     assert "cannot read trace" in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    ("interval", "words"),
+    [
+        (0.0, "must be at least 0.01, got 0.0"),
+        (-1.0, "must be at least 0.01"),
+        (1e-300, "must be at least 0.01"),  # a step this small would never end
+        (float("nan"), "must be a finite number"),
+        (float("inf"), "must be a finite number"),
+    ],
+)
+def test_replay_refuses_an_interval_the_config_would(
+    tmp_path: Path, trace_text: str, interval: float, words: str
+) -> None:
+    # --interval has evaluate_interval_s's bounds: a usage error (exit 2), not a
+    # traceback or a replay that never ends.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(trace_text)
+    out, err = io.StringIO(), io.StringIO()
+    assert run_replay(trace, None, out=out, err=err, interval_s=interval) == 2
+    assert f"rackguard: invalid --interval: {words}" in err.getvalue()
+    assert out.getvalue() == ""
+
+
 def test_replay_refuses_times_too_large_to_step(tmp_path: Path, trace_text: str) -> None:
     # At 1e306 a second rounds away (1e306 + 1.0 == 1e306): every evaluation would be
     # at the same time and the replay would never end (it did, filling memory).
