@@ -194,14 +194,14 @@ def parse_config(text: str, *, origin: str = "<config>") -> Config:
     return load_typed(Config, data)
 
 
-def load_config(path: Path) -> Config:
-    """Read, parse and validate a config file."""
+def read_config_text(path: Path) -> str:
+    """A config file's text; ConfigError if it cannot be read or is not UTF-8."""
     try:
         raw = path.read_bytes()
     except OSError as err:
         raise ConfigError([f"{path}: cannot read config: {err.strerror or err}"]) from err
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise ConfigError(
@@ -210,4 +210,8 @@ def load_config(path: Path) -> Config:
                 " TOML files are UTF-8: convert it (e.g. iconv -f latin1 -t utf-8)"
             ]
         ) from err
-    return parse_config(text, origin=str(path))
+
+
+def load_config(path: Path) -> Config:
+    """Read, parse and validate a config file."""
+    return parse_config(read_config_text(path), origin=str(path))

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from daemon.config import read_config_text
 from daemon.config.policy import PolicyConfig, policy_settings
 from daemon.config.typed_toml import ConfigError, load_typed
 from policies.replay import decision_lines, replay
@@ -29,10 +30,9 @@ EXIT_CONFIG = 2
 
 def load_policy(path: Path) -> PolicyConfig:
     """The ``[policy]`` table of a config file; ConfigError names each bad key."""
+    text = read_config_text(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError([f"{path}: cannot read config: {err.strerror or err}"]) from err
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError([f"{path}: not valid TOML: {err}"]) from err
     table = data.get("policy", {})

@@ -198,6 +198,18 @@ def test_replay_command_errors(tmp_path: Path) -> None:
     assert "cannot read trace" in err.getvalue()
 
 
+def test_replay_names_a_config_that_is_not_utf8(tmp_path: Path, trace_text: str) -> None:
+    # The same words as check-config (it was a UnicodeDecodeError traceback).
+    config = tmp_path / "latin1.toml"
+    config.write_bytes(b"[policy]\n# caf\xe9\nenter_margin_c = 4.0\n")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(trace_text)
+    out, err = io.StringIO(), io.StringIO()
+    assert run_replay(trace, config, out=out, err=err) == 2
+    assert "not UTF-8 text (byte 0xe9 on line 2)" in err.getvalue()
+    assert out.getvalue() == ""
+
+
 @pytest.mark.parametrize(
     ("interval", "words"),
     [
