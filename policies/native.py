@@ -48,6 +48,7 @@ COMPILED_MODULES = (
     "rules",
     "safety",
     "search",
+    "trace",
     "tracking",
     "window",
 )

@@ -410,8 +410,9 @@ class Policy:
         order = self._gpu_order.get(node)
         if order is None or order[0] is not by_index or len(order[1]) != len(by_index):
             order = self._gpu_order[node] = (by_index, sorted(by_index, key=_order))
-        gpu = self._gpu
-        return [gpu(index, by_index[index], now, reference) for index in order[1]]
+        # self._gpu called by name: compiled, a native call (a bound method kept in a
+        # local is a Python object, called through its wrapper).
+        return [self._gpu(index, by_index[index], now, reference) for index in order[1]]
 
     def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> GpuView:
         s = self._settings

@@ -80,7 +80,6 @@ class Replayer:
         same readings in the same order before each evaluation, far fewer calls.
         """
         batch: list[Reading] = []
-        take = batch.append
         nxt = self._next
         last = self._last  # kept in self._last whenever the policy is called
         for r in readings:
@@ -94,7 +93,7 @@ class Replayer:
                 while mono > nxt:
                     yield self.tick(nxt)
                     nxt = self._next = self._after(nxt)
-            take(r)
+            batch.append(r)  # compiled, a native list append (a kept bound method is not)
             last = r
         self._last = last
         self.policy.observe(batch)

@@ -258,8 +258,9 @@ def _loads(text: str, line: int) -> dict[str, Any]:
     # holds them (a value that is not a number is a BAD reading with value null).
     try:
         obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-    except _NonFinite as err:
-        raise TraceError(f"line {line}: non-finite number {err}") from None
+    except _NonFinite as token:
+        # Its own name: compiled, one name bound by two handlers keeps the first's type.
+        raise TraceError(f"line {line}: non-finite number {token}") from None
     except json.JSONDecodeError as err:
         raise TraceError(f"line {line}: not JSON: {err.msg}") from None
     if not isinstance(obj, dict):
