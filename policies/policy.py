@@ -74,6 +74,7 @@ from policies.tracking import (
     Tracker,
     absent,
     fresh,
+    fresh_value,
 )
 
 # Enum members as compiled constants: looked up on their class, a member costs a
@@ -541,21 +542,15 @@ class Policy:
         stale = s.rack_stale_after_s
         confirm = s.flow_loss_confirm_s
 
-        def present(by_key: Mapping[str, SlowSeries]) -> list[tuple[str, SlowSeries]]:
-            return [(k, x) for k, x in by_key.items() if not x.absent]
-
-        def states(kind: SensorKind) -> list[tuple[str, Reading]]:
-            return [(k, r) for k, r in rt.state[kind].items() if not absent(r, k in rt.present)]
-
-        supplies = present(rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE])
-        flows = present(rt.slow[SensorKind.COOLANT_FLOW])
-        returns = present(rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE])
-        pumps, leaks = states(SensorKind.PUMP_STATE), states(SensorKind.LEAK)
-        supply_v = [fresh(x.latest, now, stale)[0] for _, x in supplies]
-        flow_v = [fresh(x.latest, now, stale)[0] for _, x in flows]
-        return_v = [fresh(x.latest, now, stale)[0] for _, x in returns]
-        pump_v = [fresh(r, now, stale)[0] for _, r in pumps]
-        leak_v = [fresh(r, now, stale)[0] for _, r in leaks]
+        supplies = _present(rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE])
+        flows = _present(rt.slow[SensorKind.COOLANT_FLOW])
+        returns = _present(rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE])
+        pumps, leaks = _states(rt, SensorKind.PUMP_STATE), _states(rt, SensorKind.LEAK)
+        supply_v = [fresh_value(x.latest, now, stale) for _, x in supplies]
+        flow_v = [fresh_value(x.latest, now, stale) for _, x in flows]
+        return_v = [fresh_value(x.latest, now, stale) for _, x in returns]
+        pump_v = [fresh_value(r, now, stale) for _, r in pumps]
+        leak_v = [fresh_value(r, now, stale) for _, r in leaks]
         every = [*supply_v, *flow_v, *return_v, *pump_v, *leak_v]
         if not every:
             return LoopEvidence()
@@ -660,7 +655,7 @@ class Policy:
         early: float | None = None
         words = []
         for key, series in sorted(inlets.items()):
-            v, _ = fresh(series.latest, now, stale)
+            v = fresh_value(series.latest, now, stale)
             if v is None:
                 known = False
                 continue
@@ -987,6 +982,18 @@ def _leaders(view: ClusterView, node: str, rack: str) -> list[OutOfService]:
     )
 
 
+# Module functions, not closures in Policy._loop: compiled, a nested function is an
+# object made at every call (once per rack per evaluation) and called through Python.
+def _present(by_key: Mapping[str, SlowSeries]) -> list[tuple[str, SlowSeries]]:
+    """The series of a kind that are not absent."""
+    return [(k, x) for k, x in by_key.items() if not x.absent]
+
+
+def _states(rt: RackTracker, kind: SensorKind) -> list[tuple[str, Reading]]:
+    """The latest readings of a state kind whose series are not absent."""
+    return [(k, r) for k, r in rt.state[kind].items() if not absent(r, k in rt.present)]
+
+
 def _rising_rate(series: SlowSeries) -> float | None:
     f = series.forecaster
     if f.trusted and f.trend is not None and f.trend.rising:
@@ -1012,7 +1019,7 @@ def _supply_limit(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
     own = [
         v
         for r in rt.state[SensorKind.COOLANT_SUPPLY_LIMIT].values()
-        if (v := fresh(r, now, s.rack_stale_after_s)[0]) is not None
+        if (v := fresh_value(r, now, s.rack_stale_after_s)) is not None
     ]
     return min(own) if own else s.supply_limit(rack)
 
@@ -1078,7 +1085,7 @@ def _highest_fresh(
     values = [
         v
         for series in rt.slow[kind].values()
-        if (v := fresh(series.latest, now, s.rack_stale_after_s)[0]) is not None
+        if (v := fresh_value(series.latest, now, s.rack_stale_after_s)) is not None
     ]
     return max(values) if values else None
 

@@ -591,26 +591,29 @@ class GpuTracker:
         self._side_limit = math.nan
         self._side_found = _NO_SLOPE
 
-    def sample_resistance(self, r: Reading, reference: float | None) -> None:
-        """Feed the thermal-resistance estimate with a temperature reading, if steady."""
+    @property
+    def temperature_at(self) -> float:
+        """The monotonic time of the latest temperature reading (NaN: none yet)."""
+        return self._temp_t
+
+    def sample_resistance(self, reference: float | None) -> None:
+        """Feed the thermal-resistance estimate with the latest temperature reading, if steady.
+
+        Called after :meth:`observe` took that reading: it reads what observe kept of it
+        (its value when usable, its time), not the reading's fields again.
+        """
         watts = self._power_v  # NaN: no usable power reading
-        value = r.value
-        if (
-            reference is None
-            or not finite(watts)
-            or r.quality is not _GOOD
-            or value is None
-            or not finite(value)
-        ):
+        value = self._temp_v  # NaN unless the reading is usable
+        if reference is None or not finite(watts) or not finite(value):
             return
-        now = r.mono
+        now = self._temp_t
         if now - self._power_t > self._stale_s:
             return
         # Asked at every temperature sample, the replay's hot path: each step below is
         # taken only when its answer can change what is kept.
         spans = self._spans(now)
         if spans is None:
-            self._sample_scanning(r, reference, watts)
+            self._sample_scanning(now, value, reference, watts)
             return
         o_start, o_end, n_start, n_end = spans
         temps = self.recent_temp.values
@@ -642,17 +645,15 @@ class GpuTracker:
             steady = _within_one_step(values)
         self.resistance.add(now, value - reference, watts, steady)
 
-    def _sample_scanning(self, r: Reading, reference: float, watts: float) -> None:
+    def _sample_scanning(self, now: float, value: float, reference: float, watts: float) -> None:
         """sample_resistance by its definition, for samples whose times are out of order."""
-        assert r.value is not None
-        now = r.mono
         values = self._values_of(now, None)
         if self._cooling_at_flat_power(values, now) and watts > 0.0:
             self.resistance.cap((values[0][-1] - reference) / watts)
         rates = self.heating_rate(now)
         fastest = self._fastest
         steady = self.power_steady() and (rates is None or abs(rates[0]) <= fastest)
-        self.resistance.add(now, r.value - reference, watts, steady)
+        self.resistance.add(now, value - reference, watts, steady)
 
     def fast_heating(self, now: float, fastest: float) -> float | None:
         """The newer window's heating rate (C/s) when both windows' exceed ``fastest`` > 0.
@@ -1142,7 +1143,7 @@ class RackTracker:
             values = [
                 v
                 for x in self.slow[kind].values()
-                if (v := fresh(x.latest, now, stale)[0]) is not None
+                if (v := fresh_value(x.latest, now, stale)) is not None
             ]
             if values:
                 return max(values)
@@ -1229,8 +1230,9 @@ class Tracker:
                     if on != rack_node or not on:
                         rack_node = on
                         node_rack = racks.get(rack_of.get(on, "")) if on else None
-                    reference = node_rack.reference(r.mono) if node_rack is not None else None
-                    g.sample_resistance(r, reference)
+                    at = g.temperature_at  # r.mono, as observe kept it
+                    reference = node_rack.reference(at) if node_rack is not None else None
+                    g.sample_resistance(reference)
                 continue
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:

@@ -126,7 +126,7 @@ def test_the_resistance_fast_path_keeps_what_its_definition_keeps(seed: int) -> 
         # place of the windows must not outlive the samples it was found in.
         assert fast.heating_rate(again) == slow.heating_rate(again), k
         for g in (fast, slow):
-            g.sample_resistance(r, reference)
+            g.sample_resistance(reference)
         assert list(fast.resistance.samples) == list(slow.resistance.samples), k
         fastest = s.max_gpu_rate_c_per_min / 60.0
         again = math.floor(t) + 2.0

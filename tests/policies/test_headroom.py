@@ -75,7 +75,7 @@ def _gpu_sample(g: GpuTracker, t: float, temp: float, watts: float) -> None:
         r = Reading("gpus", f"gpu0.{kind.value}", kind, value, "x", Quality.GOOD, t, t)
         g.observe(r)
         if kind is SensorKind.GPU_TEMPERATURE:
-            g.sample_resistance(r, 30.0)
+            g.sample_resistance(30.0)
 
 
 def test_a_repaired_plate_caps_the_estimate_as_the_gpu_cools_never_under_the_truth() -> None:

@@ -425,13 +425,13 @@ def test_loop_reads_each_coolant_series_once(monkeypatch: pytest.MonkeyPatch) ->
     sim = Sim()
     sim.run(1, {"n1": COOL, "n2": COOL}, {**HEALTHY_CDU, "pump2": 1.0})
     calls: list[Reading | None] = []
-    real = tracking.fresh
+    real = tracking.fresh_value
 
-    def counting(r: Reading | None, now: float, stale: float) -> tuple[float | None, str]:
+    def counting(r: Reading | None, now: float, stale: float) -> float | None:
         calls.append(r)
         return real(r, now, stale)
 
-    monkeypatch.setattr(policy, "fresh", counting)
+    monkeypatch.setattr(policy, "fresh_value", counting)
     sim.loop()
     assert len(calls) == len({id(r) for r in calls}) == 6  # supply, return, flow, 2 pumps, leak
 
