@@ -118,7 +118,7 @@ class Outcome:
     """One node's evaluation: the new state, what was seen, and the decision if any."""
 
     state: NodeState
-    node: Assessment
+    node_view: NodeView  # ``node`` holds its assessment
     gpu_views: tuple[GpuView, ...]  # in index order; ``gpus`` holds their assessments
     rack: Assessment | None
     decision: Decision | None
@@ -130,7 +130,7 @@ class Outcome:
     def __init__(
         self,
         state: NodeState,
-        node: Assessment,
+        node_view: NodeView,
         gpu_views: tuple[GpuView, ...],
         rack: Assessment | None,
         decision: Decision | None,
@@ -141,7 +141,7 @@ class Outcome:
     ) -> None:
         # Written out, not generated: see policies/native.py (hot dataclasses).
         object.__setattr__(self, "state", state)
-        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "node_view", node_view)
         object.__setattr__(self, "gpu_views", gpu_views)
         object.__setattr__(self, "rack", rack)
         object.__setattr__(self, "decision", decision)
@@ -151,9 +151,70 @@ class Outcome:
         object.__setattr__(self, "headroom", headroom)
 
     @property
+    def node(self) -> Assessment:
+        """The node's assessment (built when first read)."""
+        return self.node_view.assessment
+
+    @property
     def gpus(self) -> tuple[Assessment, ...]:
         """Each GPU's assessment, in index order."""
         return tuple(g.assessment for g in self.gpu_views)
+
+
+class NodeView:
+    """One node's assessment at one evaluation, built when first read, as a GPU's is.
+
+    Its words (the hot GPU's, or why the node is unknown) were formatted for every
+    node at every evaluation, although a replay reads only decisions; they are
+    formatted, from that evaluation's verdict and GPU views, when someone reads them.
+    """
+
+    __slots__ = ("_assessment", "at", "gpus", "hot", "node", "note", "verdict")
+
+    def __init__(
+        self,
+        node: str,
+        at: float,
+        verdict: Verdict,
+        hot: GpuView | None,
+        gpus: tuple[GpuView, ...],
+        note: str,
+    ) -> None:
+        self.node: Final = node
+        self.at: Final = at
+        self.verdict: Final = verdict
+        self.hot: Final = hot  # the GPU the node's numbers are taken from
+        self.gpus: Final = gpus
+        self.note: Final = note
+        self._assessment: Assessment | None = None  # built on first read
+
+    @staticmethod
+    def given(assessment: Assessment) -> NodeView:
+        """A view whose assessment is already made (an outcome built outside the policy)."""
+        verdict = Verdict(assessment.condition, False, assessment.domain)
+        view = NodeView(assessment.subject, assessment.at, verdict, None, (), "")
+        view._assessment = assessment
+        return view
+
+    @property
+    def assessment(self) -> Assessment:
+        """The node's assessment at that evaluation (built once, when first read)."""
+        a = self._assessment
+        if a is None:
+            verdict, hot = self.verdict, self.hot
+            a = self._assessment = Assessment(
+                self.node,
+                verdict.domain,
+                verdict.condition,
+                self.at,
+                value=hot.value if hot else None,
+                unit="celsius" if hot is not None and hot.value is not None else "",
+                threshold=hot.threshold if hot else None,
+                trend_per_min=hot.trend_per_min if hot else None,
+                time_to_threshold_s=hot.ttt.point_s if hot is not None and hot.ttt else None,
+                detail=_node_detail(verdict, hot, self.gpus, self.note),
+            )
+        return a
 
 
 class GpuView:
@@ -719,21 +780,12 @@ class Policy:
             )
         new_state, step, note = transition(state, verdict, gates, now, s)
         self.states[node] = new_state
-        node_a = Assessment(
-            node,
-            verdict.domain,
-            verdict.condition,
-            now,
-            value=hot.value if hot else None,
-            unit="celsius" if hot is not None and hot.value is not None else "",
-            threshold=hot.threshold if hot else None,
-            trend_per_min=hot.trend_per_min if hot else None,
-            time_to_threshold_s=hot.ttt.point_s if hot is not None and hot.ttt else None,
-            detail=_node_detail(verdict, hot, gpus, note),
-        )
+        views = tuple(gpus)
+        node_view = NodeView(node, now, verdict, hot, views, note)
         decision = None
         if step is not None:
-            evidence = [node_a, *(g.assessment for g in gpus if g.condition in _SHOWN)]
+            evidence = [node_view.assessment]
+            evidence += [g.assessment for g in gpus if g.condition in _SHOWN]
             if ev.assessment is not None:
                 evidence.append(ev.assessment)
             decision = Decision(
@@ -748,8 +800,8 @@ class Policy:
             )
         return Outcome(
             new_state,
-            node_a,
-            tuple(gpus),
+            node_view,
+            views,
             ev.assessment,
             decision,
             note,
@@ -972,6 +1024,8 @@ def _reason(g: GpuView, hot_gpus: int, domain: FaultDomain, why: str, s: PolicyS
 
 def _leaders(view: ClusterView, node: str, rack: str) -> list[OutOfService]:
     """Rack peers out of service for a rack-wide cause on their own evidence."""
+    if not view.out:
+        return []  # the usual case, asked for every node at every evaluation
     return sorted(
         (
             o
@@ -1090,7 +1144,7 @@ def _highest_fresh(
     return max(values) if values else None
 
 
-def _node_detail(v: Verdict, hot: GpuView | None, gpus: list[GpuView], note: str) -> str:
+def _node_detail(v: Verdict, hot: GpuView | None, gpus: tuple[GpuView, ...], note: str) -> str:
     if v.condition is _UNKNOWN:
         unknown = [f"{g.subject}: {g.detail}" for g in gpus if g.margin is None]
         text = "; ".join(unknown) or "no GPU readings"

@@ -10,7 +10,6 @@ however often the window is read.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 
@@ -52,6 +51,7 @@ class BucketWindow:
     __slots__ = (
         "_closed",
         "_hi",
+        "_keep",
         "_last_cell",
         "_lo",
         "_n",
@@ -69,7 +69,11 @@ class BucketWindow:
             raise ValueError(f"need 0 < bucket_s <= span_s, got {bucket_s}, {span_s}")
         self.bucket_s = bucket_s
         self.span_s = span_s
-        self._closed: deque[Bucket] = deque(maxlen=math.ceil(span_s / bucket_s) + 1)
+        # A list trimmed from the front, not a bounded deque: compiled, a list's items
+        # and iteration are native operations, a deque's are Python calls. At most
+        # ``_keep`` buckets (31 for the defaults), so a trim moves a few pointers.
+        self._keep = math.ceil(span_s / bucket_s) + 1
+        self._closed: list[Bucket] = []
         self._n = 0
         self._sum_t = 0.0
         self._sum_v = 0.0
@@ -117,7 +121,10 @@ class BucketWindow:
         # a bucket has no mean, and its inf would make NaN slopes of every pair it is in.
         kept = finite(t) and finite(value)
         if kept:
-            self._closed.append(Bucket(t, value, n, self._lo, self._hi))
+            closed = self._closed
+            closed.append(Bucket(t, value, n, self._lo, self._hi))
+            if len(closed) > self._keep:
+                del closed[0]
             self.closes += 1
         self._n = 0
         self._sum_t = self._sum_v = 0.0

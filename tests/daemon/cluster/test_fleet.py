@@ -28,7 +28,7 @@ from policies.model import (
     FaultDomain,
     idempotency_key,
 )
-from policies.policy import Outcome
+from policies.policy import NodeView, Outcome
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterView
 from policies.settings import PolicySettings
@@ -42,7 +42,7 @@ def outcome(node: str, action: Action, domain: FaultDomain, *, critical: bool = 
         node, action, f"{REASON_PREFIX} test", domain, 0.0, idempotency_key(node, action, 1)
     )
     a = Assessment(node, domain, Condition.WARNING, 0.0)
-    return Outcome(NodeState(), a, (), None, d, critical=critical)
+    return Outcome(NodeState(), NodeView.given(a), (), None, d, critical=critical)
 
 
 @contextlib.asynccontextmanager
