@@ -6,8 +6,11 @@ writer. Measured: the replay command over the file (read, decode, the policy
 evaluating every node every second, the decision lines written to a null sink),
 in readings per second; reference: ``orjson.loads`` of every line of the same
 file, in lines per second, in the same run. Target: replay within 3x the parse
-time. Two replay rows: the policy's sources, and the build ``make native`` compiles
-from them (policies/native.py), each timed in a process of its own. CPU time (all
+time. Two replay rows, each timed in a process of its own: the build ``make native``
+compiles from the policy's sources (policies/native.py), which is what ``make`` sets
+up and what the target is for, and the sources themselves, shown beside it for
+reference, with no target: that is what a node without the build runs (a wheel
+install), and interpreted Python cannot come near the parse time. CPU time (all
 three are single-threaded), so a machine shared with other work measures the same;
 median of ``repeats`` runs of each, interleaved.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import math
 import os
 import subprocess
 import sys
@@ -100,12 +104,15 @@ def measure(repeats: int = 3) -> list[Row]:
                 compiled.append(_replay_child_s(path, compiled=True))
     parse_s = median(parse)
     trace = f"4x8 GPUs, 1 h {SCENARIO} trace, {readings} readings"
+    if not compiled:
+        # The target's row, missed: without a build there is nothing to hold to it.
+        print(f"bench replay: no compiled build: {why_not}", file=sys.stderr)
     rows = []
-    for label, times in (("sources", pure), ("compiled, make native", compiled)):
-        if not times:
-            print(f"bench replay: no compiled row: {why_not}", file=sys.stderr)
-            continue
-        replay_s = median(times)
+    for label, times, targeted in (
+        ("compiled, make native", compiled, True),
+        ("sources, no build: for reference", pure, False),
+    ):
+        replay_s = median(times) if times else math.inf
         ratio = replay_s / parse_s
         rows.append(
             Row(
@@ -114,8 +121,12 @@ def measure(repeats: int = 3) -> list[Row]:
                 "readings/s",
                 "orjson.loads of each line",
                 readings / parse_s,
-                target=f"replay <= {TARGET_RATIO:.0f}x parse time (now {ratio:.2f}x)",
-                ok=ratio <= TARGET_RATIO,
+                target=(
+                    f"replay <= {TARGET_RATIO:.0f}x parse time (now {ratio:.2f}x)"
+                    if targeted
+                    else f"none (now {ratio:.2f}x parse time)"
+                ),
+                ok=ratio <= TARGET_RATIO if targeted else None,
             )
         )
     return rows
