@@ -16,7 +16,7 @@ from policies.model import Decision, Reading
 from policies.policy import Outcome, Policy
 from policies.safety import ClusterLedger, Overrides
 from policies.settings import PolicySettings
-from policies.trace import Header, TraceError, encode_decision, parse_readings
+from policies.trace import Header, Line, TraceError, encode_decision, parse_readings
 
 
 @dataclass(init=False, frozen=True, slots=True)
@@ -130,7 +130,7 @@ class Replayer:
 
 
 def replay(
-    lines: Iterable[str],
+    lines: Iterable[Line],
     settings: PolicySettings,
     *,
     interval_s: float = 1.0,

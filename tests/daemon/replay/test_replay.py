@@ -210,6 +210,36 @@ def test_replay_names_a_config_that_is_not_utf8(tmp_path: Path, trace_text: str)
     assert out.getvalue() == ""
 
 
+def test_replay_reads_bytes_as_its_text_and_names_a_line_that_is_not_utf8(
+    tmp_path: Path, trace_text: str
+) -> None:
+    s = PolicySettings()
+    as_text = list(decision_lines(replay(trace_text.splitlines(), s)))
+    as_bytes = list(decision_lines(replay(io.BytesIO(trace_text.encode()), s)))
+    # Windows line ends: JSON takes the \r as blank space, the text reader as a line end.
+    crlf = io.BytesIO(trace_text.replace("\n", "\r\n").encode())
+    assert as_bytes == as_text == list(decision_lines(replay(crlf, s))) and as_text
+    lines = trace_text.encode().splitlines(keepends=True)
+    # A Latin-1 byte in a reading's sensor name on line 3, and in a blank-looking line.
+    for bad in (lines[2].replace(b'"sensor":"', b'"sensor":"caf\xe9', 1), b" \xff\n"):
+        trace = tmp_path / "latin1.jsonl"
+        trace.write_bytes(b"".join([*lines[:2], bad, *lines[3:]]))
+        out, err = io.StringIO(), io.StringIO()
+        assert run_replay(trace, None, out=out, err=err) == 1
+        column = bad.index(b"\xe9" if b"\xe9" in bad else b"\xff") + 1
+        assert f"line 3: not UTF-8 text (byte 0x{bad[column - 1]:02x} at column {column})" in (
+            err.getvalue()
+        ), err.getvalue()
+    # A gzip file cut short, and one whose data is not deflate: cannot read, exit 1.
+    packed = gzip.compress(trace_text.encode())
+    for broken in (packed[: len(packed) // 2], packed[:20] + b"\x00" * 64 + packed[84:]):
+        trace = tmp_path / "broken.jsonl.gz"
+        trace.write_bytes(broken)
+        out, err = io.StringIO(), io.StringIO()
+        assert run_replay(trace, None, out=out, err=err) == 1
+        assert f"rackguard: cannot read trace {trace}:" in err.getvalue(), err.getvalue()
+
+
 @pytest.mark.parametrize(
     ("interval", "words"),
     [
