@@ -173,7 +173,8 @@ class NodeHeadroom:
     def of(cls, margins: list[float | None]) -> NodeHeadroom:
         """From each GPU's full-load margin (None: not read, or no estimate yet)."""
         known = [m for m in margins if m is not None]
-        return cls(
+        # NodeHeadroom, not cls: compiled, a call of cls is a Python-level type call.
+        return NodeHeadroom(
             min(known) if known else None,
             bool(margins) and len(known) == len(margins),
             len(known),

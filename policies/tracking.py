@@ -15,7 +15,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import combinations, pairwise, takewhile
+from itertools import combinations, takewhile
 from operator import itemgetter, sub
 from typing import ClassVar, Final
 
@@ -1015,7 +1015,18 @@ class SlowSeries:
         buckets = self.raw.buckets()
         if len(buckets) < 2:
             return buckets[0].value if buckets else None
-        return min(max(a.value, b.value) for a, b in pairwise(buckets))
+        # min(max(a.value, b.value) for a, b in pairwise(buckets)), written out (compiled,
+        # a loop on native floats, not a generator over pairs): the same comparisons,
+        # so the same first-found value on ties, -0.0 beside 0.0 included.
+        low = _INF
+        prev = buckets[0].value
+        for i in range(1, len(buckets)):
+            value = buckets[i].value
+            held = value if value > prev else prev  # max(prev, value)
+            if i == 1 or held < low:  # min(): the first, then only a lower one
+                low = held
+            prev = value
+        return low
 
     def held_level(self) -> float | None:
         """The current level, robust to one noisy sample.
