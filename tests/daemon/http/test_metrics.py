@@ -17,7 +17,7 @@ from tests.support.daemon_harness import config_text, running_daemon
 from tests.support.paths import ROOT
 from tests.support.scrape import scrape
 from tests.support.secrets import write_secret
-from tests.support.wait import wait_until
+from tests.support.wait import wait_for_result, wait_until
 
 
 async def test_metrics_follow_the_state_and_count_decisions(
@@ -50,8 +50,12 @@ async def test_metrics_follow_the_state_and_count_decisions(
 
         nvml.gpus[0].delay_s = 3.0  # NVML hangs: the last values turn stale
         await wait_until(lambda: daemon.runners[0].health.value == "down", 10)
-        await asyncio.sleep(1.1)  # past stale_after_s (1 s in this config)
-        m = await scrape(daemon.api_port)
+        # Past stale_after_s (1 s in this config) the value is dropped, not frozen.
+        m = await wait_for_result(
+            lambda: scrape(daemon.api_port),
+            lambda m: "rackguard_gpu_temperature_celsius" not in m,
+            what="the stale temperatures dropped",
+        )
         assert "rackguard_gpu_temperature_celsius" not in m  # no frozen, healthy-looking value
         # The same series, now 0: an alert on it keeps its history through the change.
         assert m["rackguard_source_up"] == [({"source": "gpus"}, 0.0)]

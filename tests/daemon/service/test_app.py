@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -72,11 +71,20 @@ async def test_bad_sensor_becomes_bad_reading_never_a_decision(
     nvml = fake_node()
     nvml.gpus[2].errors["nvmlDeviceGetTemperature"] = 999  # NVML_ERROR_UNKNOWN
     async with running_daemon(nvml, receiver, secret) as daemon:
-        await asyncio.sleep(0.3)
+        first = daemon.engine.last
+        # Until the bad reading is stored and an evaluation after it has run.
+        await wait_until(
+            lambda: (
+                "gpus/gpu2.temperature" in daemon.store.latest()
+                and daemon.engine.last not in (None, first)
+            ),
+            what="an evaluation after the bad reading",
+        )
         bad = daemon.store.latest()["gpus/gpu2.temperature"]
         assert bad.value is None and "UNKNOWN" in bad.reason.upper()
         assert daemon.engine.last is not None
         assert daemon.engine.last.node.condition.value == "unknown"
+        assert list(daemon.engine.decisions) == []  # decided nothing, so sent nothing
         assert receiver.received == []
 
 

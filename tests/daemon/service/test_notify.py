@@ -150,8 +150,7 @@ async def test_sighup_reload_applies_new_sources_and_refuses_bad_config(
         assert runner.timing.interval_s == 0.2
         assert daemon.engine.settings.enter_margin_c == 7.0
         assert len(daemon.store.latest()) == readings_before  # state kept
-        await asyncio.sleep(0.5)
-        assert runner.stats.attempts >= 1  # the new runner polls
+        await wait_until(lambda: runner.stats.attempts >= 1, what="the new runner's first poll")
 
         cfg.write_text(cfg.read_text().replace("interval_s = 0.2", "interval_s = 'x'"))
         assert not await daemon.reload()
