@@ -3,7 +3,8 @@
 Only the config's ``[policy]`` table is read (a replay needs no sources, secrets
 or scheduler), so a production config replays on any machine. A ``.gz`` trace is
 read compressed. Exit 0 after the last decision, 2 for an invalid config or
-``--interval``, 1 for a trace that cannot be read.
+``--interval``, 1 for a trace that cannot be read or decisions that cannot be
+written (a full disk); 0, quietly, when the reader of stdout leaves (``| head``).
 """
 
 from __future__ import annotations
@@ -95,15 +96,39 @@ def run_replay(
     try:
         with _open_trace(trace) as lines, _fewer_collections():
             for line in decision_lines(replay(lines, settings, interval_s=step)):
-                out.write(line + "\n")
+                with _writing():
+                    out.write(line + "\n")
+        with _writing():
+            out.flush()  # here, so that a full disk is told, not lost at exit
+    except _OutputFailed as e:
+        if isinstance(e.error, BrokenPipeError):
+            raise e.error from None  # the reader left (`| head`): the CLI ends quietly
+        print(f"rackguard: cannot write decisions: {e.error}", file=err)
+        return EXIT_TRACE
     except (OSError, EOFError, zlib.error) as e:  # zlib.error: a .gz whose data is damaged
         print(f"rackguard: cannot read trace {trace}: {e}", file=err)
         return EXIT_TRACE
     except TraceError as e:
         print(f"rackguard: invalid trace {trace}: {e}", file=err)
         return EXIT_TRACE
-    out.flush()
     return 0
+
+
+class _OutputFailed(Exception):
+    """Writing the decisions failed (not reading the trace): carries the OSError."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextmanager
+def _writing() -> Iterator[None]:
+    """Around a write of the decisions: its OSError becomes _OutputFailed."""
+    try:
+        yield
+    except OSError as e:
+        raise _OutputFailed(e) from e
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

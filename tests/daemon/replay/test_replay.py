@@ -6,6 +6,8 @@ import argparse
 import gzip
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import MappingProxyType
 
@@ -238,6 +240,26 @@ def test_replay_reads_bytes_as_its_text_and_names_a_line_that_is_not_utf8(
         out, err = io.StringIO(), io.StringIO()
         assert run_replay(trace, None, out=out, err=err) == 1
         assert f"rackguard: cannot read trace {trace}:" in err.getvalue(), err.getvalue()
+
+
+def test_replay_names_an_output_it_cannot_write_and_leaves_quietly_when_its_reader_does(
+    tmp_path: Path, trace_text: str
+) -> None:
+    trace = tmp_path / "small.jsonl"
+    trace.write_text(trace_text)
+    command = [sys.executable, "-m", "daemon.cli", "replay", str(trace)]
+    # A full disk under the output: said as a write error (not "cannot read trace"), exit 1.
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("rackguard: cannot write decisions: [Errno 28]"), done.stderr
+    assert "Traceback" not in done.stderr
+    # `rackguard replay ... | head`: the reader leaves first; no error, no traceback.
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stderr) == (0, "")
 
 
 @pytest.mark.parametrize(
