@@ -265,11 +265,22 @@ def main(argv: Sequence[str] | None = None, *, nvml: Any = None) -> int:
         return 130
     except BrokenPipeError:
         # `rackguard probe ... | head -1`: the reader left; that is not an error of ours.
-        # Point stdout at /dev/null so the interpreter's final flush does not fail too.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        stdout_gone()
         return 0
+    except OSError as e:
+        # In one line, not a traceback: what escapes a command is most often writing its
+        # output (`> file` on a full disk); the commands name their own files' errors.
+        stdout_gone()
+        print(f"rackguard: {e}", file=sys.stderr)
+        return 1
     return code
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

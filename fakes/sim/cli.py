@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from daemon.cli import run_async
+from daemon.cli import run_async, stdout_gone
 from fakes.sim.decision_logs import LogError, Row, read_log
 from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import Scenario, ScenarioError, load_scenario
@@ -458,10 +458,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, UsageError) as err:
         print(f"rackguard-sim: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # before ConnectionError, its base: `| head` is not an error
+        stdout_gone()
+        return 1
     except ConnectionError as err:
         print(f"rackguard-sim: {err}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
+    except OSError as err:  # most often writing the output (`> file` on a full disk)
+        stdout_gone()
+        print(f"rackguard-sim: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
