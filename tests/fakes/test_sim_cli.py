@@ -17,6 +17,7 @@ from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import load_scenario
 from fakes.sim.served_gpus import ServedNvml
 from fakes.sim.trace_writer import WALL_EPOCH
+from tests.support.output import into_closed_pipe, into_full_disk
 from tests.support.paths import ROOT
 
 GOOD = """
@@ -202,20 +203,9 @@ def test_trace_writes_a_replayable_trace(tmp_path: Path) -> None:
 
 def test_trace_into_a_full_disk_or_a_closed_pipe_says_one_line_or_nothing() -> None:
     command = [sys.executable, "-m", "fakes.sim.cli", "trace", "hot-gpu"]
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(
-            command, cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, check=False
-        )
-    assert done.returncode == 1
-    assert done.stderr == "rackguard-sim: [Errno 28] No space left on device\n", done.stderr
+    assert into_full_disk(command) == (1, "rackguard-sim: [Errno 28] No space left on device\n")
     # `rackguard-sim trace ... | head`: the reader leaves; not an error to report.
-    proc = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    proc.stdout.close()
-    _, stderr = proc.communicate(timeout=120)
-    assert (proc.returncode, stderr) == (1, "")
+    assert into_closed_pipe(command) == (1, "")
 
 
 def test_fault_cli_lists_and_reports_an_absent_harness(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,6 @@ import argparse
 import gzip
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -41,6 +40,7 @@ from policies.trace import (
     encode_reading,
     parse,
 )
+from tests.support.output import into_closed_pipe, into_full_disk
 
 # A small hot-GPU run: two nodes of two GPUs, one cold plate failing.
 SMALL = parse_scenario(
@@ -249,17 +249,11 @@ def test_replay_names_an_output_it_cannot_write_and_leaves_quietly_when_its_read
     trace.write_text(trace_text)
     command = [sys.executable, "-m", "daemon.cli", "replay", str(trace)]
     # A full disk under the output: said as a write error (not "cannot read trace"), exit 1.
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, check=False)
-    assert done.returncode == 1, done.stderr
-    assert done.stderr.startswith("rackguard: cannot write decisions: [Errno 28]"), done.stderr
-    assert "Traceback" not in done.stderr
+    rc, stderr = into_full_disk(command)
+    assert rc == 1 and stderr.startswith("rackguard: cannot write decisions: [Errno 28]"), stderr
+    assert "Traceback" not in stderr
     # `rackguard replay ... | head`: the reader leaves first; no error, no traceback.
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    proc.stdout.close()
-    _, stderr = proc.communicate(timeout=60)
-    assert (proc.returncode, stderr) == (0, "")
+    assert into_closed_pipe(command) == (0, "")
 
 
 @pytest.mark.parametrize(
