@@ -12,13 +12,23 @@ from adapters.schedulers.bounded import read_stream_capped
 OUTPUT_LIMIT = 64 * 1024
 
 
-async def run_command(
-    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
-) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr), stripped and capped; a command past its time is killed.
+class OutputTooLarge(Exception):
+    """The command wrote more than the caller can use: what it said is not whole."""
 
-    Raises OSError when the command cannot be started and TimeoutError when it
-    runs too long; callers turn both into their own error types.
+
+async def run_command(
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    limit: int = OUTPUT_LIMIT,
+) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr), stripped; a command past its time is killed.
+
+    Raises OSError when the command cannot be started, TimeoutError when it runs
+    too long and OutputTooLarge when stdout passes ``limit`` bytes (a cut list
+    read as a whole one would hide what was cut); callers turn each into their
+    own error types. stderr is only ever shown: it is cut at OUTPUT_LIMIT.
     """
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -30,7 +40,7 @@ async def run_command(
     try:
         async with asyncio.timeout(timeout_s):
             out, err = await asyncio.gather(
-                read_stream_capped(proc.stdout, OUTPUT_LIMIT),
+                read_stream_capped(proc.stdout, limit + 1),
                 read_stream_capped(proc.stderr, OUTPUT_LIMIT),
             )
             await proc.wait()
@@ -44,4 +54,6 @@ async def run_command(
             await proc.wait()
         raise
     rc = proc.returncode if proc.returncode is not None else -1
+    if len(out) > limit:
+        raise OutputTooLarge(f"{argv[0]} wrote more than {limit} bytes; its output is not used")
     return rc, out.decode(errors="replace").strip(), err.decode(errors="replace").strip()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from adapters.schedulers.command import run_command
+from adapters.schedulers.command import OutputTooLarge, run_command
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,8 @@ class JwtToken:
             raise TokenError(f"token refresh command {self._command[0]!r}: {err}") from err
         except TimeoutError as err:
             raise TokenError(f"token refresh command timed out after {self._timeout}s") from err
+        except OutputTooLarge as err:
+            raise TokenError(f"token refresh command: {err}") from err
         if rc != 0:
             raise TokenError(f"token refresh command exited {rc}: {err_out[:200]}")
         token = parse_token_output(out) or self._read_file()

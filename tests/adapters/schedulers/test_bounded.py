@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from adapters.base import DeliveryError, SchedulerSink, http_error
-from adapters.schedulers.command import OUTPUT_LIMIT, run_command
+from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge, run_command
 from adapters.schedulers.kubernetes import KubernetesSink, connection
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.webhook import WebhookSink
@@ -51,12 +51,19 @@ async def flooding_peer() -> AsyncIterator[tuple[str, list[int]]]:
     await runner.cleanup()
 
 
-async def test_a_flooding_command_costs_at_most_the_limit() -> None:
-    # e.g. a token-refresh command gone wrong: 20 MB on stdout and stderr.
+async def test_a_flooding_command_is_refused_not_cut() -> None:
+    # e.g. a token-refresh command gone wrong: 20 MB on stdout and stderr. A cut
+    # answer read as a whole one (a job list) would hide what was cut.
     flood = "import sys; sys.stdout.write('x' * 20_000_000); sys.stderr.write('y' * 20_000_000)"
-    rc, out, err = await run_command([sys.executable, "-c", flood], timeout_s=30)
-    assert rc == 0  # read to the end (the child never blocks on a full pipe), kept capped
-    assert len(out) == OUTPUT_LIMIT and len(err) == OUTPUT_LIMIT
+    with pytest.raises(OutputTooLarge, match=f"more than {OUTPUT_LIMIT} bytes"):
+        await run_command([sys.executable, "-c", flood], timeout_s=30)
+
+
+async def test_stderr_alone_is_cut_and_a_larger_limit_reads_stdout_whole() -> None:
+    flood = "import sys; sys.stdout.write('x' * 200_000); sys.stderr.write('y' * 20_000_000)"
+    rc, out, err = await run_command([sys.executable, "-c", flood], timeout_s=30, limit=200_000)
+    assert rc == 0  # read to the end (the child never blocks on a full pipe)
+    assert len(out) == 200_000 and len(err) == OUTPUT_LIMIT
 
 
 @pytest.mark.parametrize(
