@@ -26,8 +26,9 @@ import orjson
 from adapters.schedulers.jobs import JobControl
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm_job_list import convert, running_on
 from adapters.schedulers.slurm_jobs import SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs, running_on
+from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
 from bench.delivery_latency import latency_rows
 from bench.report import Row
 from daemon.delivery.notices import JobNotices, NoticeSettings
@@ -140,7 +141,7 @@ def _filter_rows() -> list[Row]:
         t0 = time.perf_counter()
         body = orjson.loads(raw)
         t1 = time.perf_counter()
-        running_on(body["jobs"], "gpu2049")
+        running_on(convert(body), "gpu2049")
         t2 = time.perf_counter()
         parse.append((t1 - t0) * 1000)
         pick.append((t2 - t1) * 1000)

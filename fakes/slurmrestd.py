@@ -202,6 +202,7 @@ class FakeSlurmrestd:
         app.router.add_post("/slurm/{version}/nodes", self._post_nodes)
         for jobs in ("/slurm/{version}/jobs", "/slurm/{version}/jobs/"):
             app.router.add_get(jobs, self._get_jobs)
+        app.router.add_get("/slurm/{version}/job/{job_id}", self._get_job)
         app.router.add_delete("/slurm/{version}/job/{job_id}", self._delete_job)
         for jobs in ("/slurm/{version}/jobs", "/slurm/{version}/jobs/"):
             app.router.add_delete(jobs, self._delete_jobs)
@@ -461,6 +462,16 @@ class FakeSlurmrestd:
         now = {"set": True, "infinite": False, "number": int(time.time())}
         body = {"jobs": jobs, "last_backfill": now, "last_update": now}
         return self._json({**body, "errors": [], "warnings": []})
+
+    async def _get_job(self, request: web.Request) -> web.Response:
+        """One job by id; an id slurmctld does not know is error 2017, as slurm_load_job says."""
+        version = self._check_version(request)
+        raw_id = request.match_info["job_id"]
+        job = self.jobs.get(int(raw_id)) if raw_id.isdigit() else None
+        if job is None:
+            failure = f"Unable to query JobId={raw_id}"
+            return self._json(_errors(("Invalid job id specified", 2017, failure)), 500)
+        return self._json({"jobs": [self._job_json(job, version)], "errors": [], "warnings": []})
 
     async def _delete_job(self, request: web.Request) -> web.Response:
         self._check_version(request)

@@ -15,11 +15,26 @@ from typing import Protocol
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """One job running on the node (at least partly)."""
+    """One job running on the node (at least partly), as the scheduler listed it.
+
+    ``job_id`` is what the job is told through (Slurm: the numeric job id, one per
+    array task and heterogeneous component; Kubernetes: ``namespace/name``).
+    ``name`` and ``user`` were written by the job's owner: shown, never parsed.
+    Every action re-checks the job against ``node`` (and ``uid``) at the scheduler.
+    """
 
     job_id: str
     name: str = ""
     user: str = ""
+    node: str = ""  # the node it was listed on
+    label: str = ""  # how the scheduler shows it (Slurm: 3_0, 6+1); "" = job_id
+    requeue_id: str = ""  # what a requeue names (a heterogeneous job's leader); "" = job_id
+    uid: str = ""  # Kubernetes: the pod's uid as listed
+
+    @property
+    def shown(self) -> str:
+        """The id people know the job by."""
+        return self.label or self.job_id
 
 
 class Outcome(enum.StrEnum):

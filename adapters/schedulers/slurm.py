@@ -35,9 +35,10 @@ from adapters.schedulers.base import (
     NodeView,
 )
 from adapters.schedulers.bounded import read_error_body
-from adapters.schedulers.command import run_command
+from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge, run_command
 from adapters.schedulers.listing import ListedNode, listed_scontrol, listed_slurm
 from adapters.schedulers.slurm_auth import JwtToken, TokenError
+from adapters.schedulers.slurm_reason import split_reason
 from adapters.schedulers.slurm_versions import (
     PERMANENT_ERRORS,
     ApiInfo,
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 _ERROR_REASON = {2010: "auth", 2018: "not_found"}
 SLURM_STATE = {Action.DRAIN: "DRAIN", Action.EXCLUDE: "DOWN", Action.RESUME: "RESUME"}
 _AUTH_REJECTED = {401, 511}
+# ``scontrol -o show nodes`` is ~570 bytes a node: 10,000 nodes are 5.7 MB. A list
+# past this is refused whole, never read cut.
+NODE_LIST_LIMIT = 64 * 1024 * 1024
 _SPEC_PATHS = ("/openapi/v3", "/openapi.json", "/openapi")
 
 WriteVia = Literal["auto", "rest", "scontrol"]
@@ -264,7 +268,9 @@ class SlurmSink:
         """Every node in one read (``GET /nodes`` or ``scontrol -o show nodes``)."""
         try:
             if self._url is None:
-                rc, stdout, stderr = await self._scontrol_run("-o", "show", "nodes")
+                rc, stdout, stderr = await self._scontrol_run(
+                    "-o", "show", "nodes", limit=NODE_LIST_LIMIT
+                )
                 if rc != 0:
                     raise DeliveryError(f"scontrol show nodes: rc={rc}: {stderr}")
                 lines = [ln for ln in stdout.splitlines() if ln.startswith("NodeName=")]
@@ -367,13 +373,17 @@ class SlurmSink:
             reason=_ERROR_REASON.get(num, "refused"),
         )
 
-    async def _scontrol_run(self, *args: str) -> tuple[int, str, str]:
+    async def _scontrol_run(self, *args: str, limit: int = OUTPUT_LIMIT) -> tuple[int, str, str]:
         try:
-            return await run_command([*self._scontrol, *args], self._timeout_s, self._env)
+            return await run_command(
+                [*self._scontrol, *args], self._timeout_s, self._env, limit=limit
+            )
         except OSError as err:
             raise DeliveryError(f"cannot run {self._scontrol[0]!r}: {err}", permanent=True) from err
         except TimeoutError as err:
             raise DeliveryError(f"scontrol {' '.join(args[:2])} timed out") from err
+        except OutputTooLarge as err:
+            raise DeliveryError(f"scontrol {' '.join(args[:2])}: {err}") from err
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -405,22 +415,18 @@ def _token_rejected(status: int, raw: bytes) -> bool:
 
 
 def parse_scontrol_node(text: str) -> NodeView | None:
-    """A node from ``scontrol -o show node`` (one line of Key=Value, Reason last)."""
+    """A node from ``scontrol -o show node`` (one line of Key=Value; Reason= may be followed
+    by Comment= and Extra=)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
     if not line.startswith("NodeName="):
         return None
-    reason = ""
-    if " Reason=" in line:
-        line, reason = line.split(" Reason=", 1)
-        # "maint ticket-1 [root@2026-11-30T05:08:24]": drop who and when
-        if reason.endswith("]") and " [" in reason:
-            reason = reason.rsplit(" [", 1)[0]
-    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    split = split_reason(line)
+    fields = dict(f.split("=", 1) for f in split.head.split() if "=" in f)
     states = [s for s in fields.get("State", "").upper().split("+") if s]
     return NodeView(
         node=fields["NodeName"],
         drained="DRAIN" in states,
         down=any(s.startswith("DOWN") for s in states),
-        reason=reason,
+        reason=split.reason,
         detail="+".join(states),
     )

@@ -1,11 +1,18 @@
-"""Running Slurm jobs through the commands: ``squeue``, ``scancel --signal``, ``scontrol requeue``.
+"""Running Slurm jobs through the commands: squeue --json, scancel --signal, scontrol requeue.
 
-- List: ``squeue -h -w NODE -t RUNNING -o '%i|%j|%u'`` (array elements as ``123_4``).
+- List: ``squeue --json`` (22.05 ignores every filter with --json and prints
+  all jobs; later versions may filter: the list is filtered here either way),
+  read through one typed model (slurm_job_list.py): a job name or user text is
+  a JSON string, never a field separator. A list that is cut (past
+  JOB_LIST_LIMIT), late or malformed is an error: nothing is concluded from it.
+- Confirm: before a signal or a requeue, ``squeue -h -j ID -w NODE -t RUNNING
+  -o %A`` must print exactly that id: the job runs on this node now. Its output
+  holds no field a user writes.
 - Notify: ``scancel --signal=USR1 --full JOB`` reaches the batch shell, its
   children and every step (``--batch``: the batch shell only; no flag: the steps only).
-- Requeue: ``scontrol requeue JOB`` -> PENDING (Reason=BeginTime), Restarts+1.
-  A job submitted with ``--no-requeue`` answers "Requested operation is presently
-  disabled": it is left running.
+- Requeue: ``scontrol requeue JOB`` -> PENDING (Reason=BeginTime), Restarts+1; a
+  heterogeneous job through its leader. A job submitted with ``--no-requeue``
+  answers "Requested operation is presently disabled": it is left running.
 
 Every command has a timeout; a failure to run one is JobControlError (retry).
 """
@@ -17,13 +24,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from adapters.schedulers.command import run_command
+from adapters.schedulers.command import OutputTooLarge, run_command
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
+from adapters.schedulers.slurm_job_list import JobListError, decode_json, running_on
 
 SignalScope = Literal["full", "batch", "steps"]
 _SCOPE_FLAG = {"full": ("--full",), "batch": ("--batch",), "steps": ()}
 _GONE = ("invalid job id", "already completing or completed", "job has finished")
 _REFUSED = ("presently disabled", "not permitted", "permission denied", "invalid user")
+# squeue --json is ~3.6 KB a job on 22.05 (it lists every job in the cluster).
+JOB_LIST_LIMIT = 128 * 1024 * 1024
+NOT_HERE = "no longer running on this node"
 
 
 class SlurmJobs:
@@ -49,24 +60,45 @@ class SlurmJobs:
             self._env["SLURM_CONF"] = str(slurm_conf)
         self._timeout_s = timeout_s
 
-    async def _run(self, argv: Sequence[str]) -> tuple[int, str, str]:
+    async def _run(self, argv: Sequence[str], limit: int | None = None) -> tuple[int, str, str]:
         try:
-            return await run_command(argv, self._timeout_s, self._env)
+            if limit is None:
+                return await run_command(argv, self._timeout_s, self._env)
+            return await run_command(argv, self._timeout_s, self._env, limit=limit)
         except OSError as err:
             raise JobControlError(f"cannot run {argv[0]!r}: {err}") from err
         except TimeoutError as err:
             raise JobControlError(f"{argv[0]} timed out after {self._timeout_s:.0f}s") from err
+        except OutputTooLarge as err:
+            raise JobControlError(f"the job list is not whole: {err}", reason="incomplete") from err
 
     async def running(self, node: str) -> list[RunningJob]:
-        """The jobs RUNNING on ``node``."""
-        argv = [*self._squeue, "-h", "-w", node, "-t", "RUNNING", "-o", "%i|%j|%u"]
+        """The jobs RUNNING on ``node``, from the whole structured job list."""
+        argv = [*self._squeue, "--json", "-w", node, "-t", "RUNNING"]
+        rc, out, err = await self._run(argv, JOB_LIST_LIMIT)
+        if rc != 0:
+            raise JobControlError(f"squeue --json: rc={rc}: {(err or out)[:300]}")
+        try:
+            return running_on(decode_json(out), node)
+        except JobListError as error:
+            raise JobControlError(f"squeue --json: {error}", reason="malformed") from error
+
+    async def here(self, job: RunningJob) -> bool:
+        """Whether ``job`` runs on the node it was listed on, now (asked by id)."""
+        if not job.node or not job.job_id.isdigit():
+            return False  # never act on a job that cannot be checked against its node
+        argv = [*self._squeue, "-h", "-j", job.job_id, "-w", job.node, "-t", "RUNNING", "-o", "%A"]
         rc, out, err = await self._run(argv)
         if rc != 0:
-            raise JobControlError(f"squeue -w {node}: rc={rc}: {err or out}")
-        return parse_squeue(out)
+            if "invalid job id" in (err or out).lower():
+                return False  # gone from slurmctld's memory
+            raise JobControlError(f"squeue -j {job.job_id}: rc={rc}: {(err or out)[:300]}")
+        return out.split() == [job.job_id]
 
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
-        """``scancel --signal=SIG [--full|--batch] JOB``."""
+        """``scancel --signal=SIG [--full|--batch] JOB``, once the job is confirmed here."""
+        if not await self.here(job):
+            return Outcome.GONE, NOT_HERE
         signal = terms.signal
         flags = _SCOPE_FLAG[self._scope]
         rc, out, err = await self._run([*self._scancel, f"--signal={signal}", *flags, job.job_id])
@@ -77,8 +109,15 @@ class SlurmJobs:
         return Outcome.REFUSED, "a signal cannot be revised"
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
-        """``scontrol requeue JOB``."""
-        rc, out, err = await self._run([*self._scontrol, "requeue", job.job_id])
+        """``scontrol requeue JOB`` (a heterogeneous job's leader), once confirmed here."""
+        if not await self.here(job):
+            return Outcome.GONE, NOT_HERE
+        return await self.send_requeue(job)
+
+    async def send_requeue(self, job: RunningJob) -> tuple[Outcome, str]:
+        """``scontrol requeue`` for a job its caller has just confirmed on the node."""
+        target = job.requeue_id or job.job_id
+        rc, out, err = await self._run([*self._scontrol, "requeue", target])
         return self._outcome("scontrol requeue", job, rc, out, err)
 
     @staticmethod
@@ -94,14 +133,3 @@ class SlurmJobs:
         if rc == 0:  # scancel prints a warning yet succeeds for some states
             return Outcome.DONE, said
         raise JobControlError(f"{what} {job.job_id}: rc={rc}: {said}")
-
-
-def parse_squeue(text: str) -> list[RunningJob]:
-    """Jobs from ``squeue -h -o '%i|%j|%u'`` lines; malformed lines are skipped."""
-    jobs = []
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3 or not parts[0] or not parts[0].replace("_", "").isdigit():
-            continue
-        jobs.append(RunningJob(parts[0], parts[1], parts[2]))
-    return jobs

@@ -4,8 +4,11 @@ Paths and parameters follow Slurm 24.11's OpenAPI document (v0.0.42; v0.0.39
 to v0.0.41 have the same ones):
 
 - List: ``GET /slurm/<v>/jobs/``. It takes no node filter (only ``update_time``
-  and ``flags``), so the list is filtered here: ``job_state`` holds
-  ``RUNNING`` and the hostlist in ``nodes`` names the node.
+  and ``flags``), so the list is filtered here, through the typed model of
+  slurm_job_list.py: ``job_state`` holds ``RUNNING`` and the hostlist in
+  ``nodes`` names the node. A list that cannot be read whole is an error.
+- Confirm: before a signal or a requeue, ``GET /slurm/<v>/job/{job_id}`` must
+  show the job RUNNING on this node.
 - Notify: ``DELETE /slurm/<v>/job/{job_id}?signal=USR1&flags=FULL_JOB``; the
   scope maps to ``flags`` as scancel's options do: full -> FULL_JOB (batch
   shell, its children, every step), batch -> BATCH_JOB, steps ->
@@ -37,8 +40,8 @@ from typing import Any
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
 from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_hostlist import HostlistError, hostlist_has
-from adapters.schedulers.slurm_jobs import SignalScope, SlurmJobs
+from adapters.schedulers.slurm_job_list import JobListError, convert, running_job, running_on
+from adapters.schedulers.slurm_jobs import NOT_HERE, SignalScope, SlurmJobs
 from adapters.schedulers.slurm_versions import slurm_errors
 
 log = logging.getLogger(__name__)
@@ -98,19 +101,37 @@ class SlurmRestJobs:
             return await self._commands.running(node)
         status, body = await self._call("GET", f"/slurm/{version}/jobs/")
         if status != 200 or not isinstance(body, dict):
-            errors = slurm_errors(body) if isinstance(body, dict) else []
-            text = "; ".join(f"error {n}: {t}" for n, t in errors) or str(body)[:200]
-            message = f"slurmrestd GET jobs: HTTP {status}: {text}"
-            raise _job_error(
-                http_error(message, status) if status != 200 else DeliveryError(message)
+            raise _list_error("GET jobs", status, body)
+        try:
+            return running_on(convert(body), node)
+        except JobListError as err:
+            raise JobControlError(f"slurmrestd GET jobs: {err}", reason="malformed") from err
+
+    async def _here(self, version: str, job: RunningJob) -> bool:
+        """Whether ``job`` runs on the node it was listed on, now (one job, by id)."""
+        if not job.node or not job.job_id.isdigit():
+            return False  # never act on a job that cannot be checked against its node
+        status, body = await self._call("GET", f"/slurm/{version}/job/{job.job_id}")
+        if isinstance(body, dict) and set(GONE_ERRORS) & {n for n, _ in slurm_errors(body)}:
+            return False
+        if status != 200 or not isinstance(body, dict):
+            raise _list_error(f"GET job {job.job_id}", status, body)
+        try:
+            listed = convert(body).jobs
+            return any(
+                (found := running_job(j, job.node)) is not None and found.job_id == job.job_id
+                for j in listed
             )
-        return running_on(body.get("jobs"), node)
+        except JobListError as err:
+            raise JobControlError(f"slurmrestd GET job {job.job_id}: {err}") from err
 
     async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
-        """``DELETE /slurm/<v>/job/{job_id}?signal=SIG&flags=...``."""
+        """``DELETE /slurm/<v>/job/{job_id}?signal=SIG&flags=...``, once confirmed here."""
         version = await self._version()
         if version is None:
             return await self._commands.notify(job, terms)
+        if not await self._here(version, job):
+            return Outcome.GONE, NOT_HERE
         signal = terms.signal
         what = f"signal {signal} to job {job.job_id}"
         if int(job.job_id) >= MAX_JOB_ID and self._sink.can_bulk_signal(version):
@@ -127,7 +148,19 @@ class SlurmRestJobs:
 
     async def requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """``scontrol requeue JOB``: slurmrestd (up to v0.0.42) has no requeue."""
-        return await self._commands.requeue(job)
+        version = await self._version()
+        if version is None:
+            return await self._commands.requeue(job)
+        if not await self._here(version, job):
+            return Outcome.GONE, NOT_HERE
+        return await self._commands.send_requeue(job)
+
+
+def _list_error(what: str, status: int, body: Any) -> JobControlError:
+    errors = slurm_errors(body) if isinstance(body, dict) else []
+    text = "; ".join(f"error {n}: {t}" for n, t in errors) or str(body)[:200]
+    message = f"slurmrestd {what}: HTTP {status}: {text}"
+    return _job_error(http_error(message, status) if status != 200 else DeliveryError(message))
 
 
 def _job_error(err: DeliveryError) -> JobControlError:
@@ -166,35 +199,3 @@ def _status_errors(body: Any) -> list[tuple[int, str]]:
         if isinstance(e, dict) and isinstance(e.get("code"), int) and e["code"] != 0:
             out.append((int(e["code"]), str(e.get("message") or e.get("string") or "")))
     return out
-
-
-def running_on(jobs: Any, node: str) -> list[RunningJob]:
-    """The RUNNING jobs of a job list whose ``nodes`` name ``node``; malformed entries skipped."""
-    out = []
-    for job in jobs if isinstance(jobs, list) else []:
-        if not isinstance(job, dict):
-            continue
-        job_id = _number(job.get("job_id"))
-        state = job.get("job_state")
-        states = [state] if isinstance(state, str) else state if isinstance(state, list) else []
-        if job_id is None or "RUNNING" not in {str(s).upper() for s in states}:
-            continue
-        try:
-            on_node = hostlist_has(str(job.get("nodes") or ""), node)
-        except HostlistError as err:
-            log.debug("slurm: job %s: %s; skipped", job_id, err)
-            continue
-        if on_node:
-            out.append(
-                RunningJob(str(job_id), str(job.get("name", "")), str(job.get("user_name", "")))
-            )
-    return out
-
-
-def _number(value: Any) -> int | None:
-    """An int, or v0.0.40+'s ``{"set": true, "number": N}``; None otherwise."""
-    if isinstance(value, dict):
-        value = value.get("number") if value.get("set", True) else None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        return None
-    return value

@@ -393,7 +393,7 @@ class JobNotices:
                 log.info(
                     "%s: job %s (%s) told (%s): %s; checkpoint by %s",
                     n.node,
-                    job.job_id,
+                    job.shown,
                     job.user,
                     f"SIG{signal}" if signal.isupper() else signal,
                     note.signaled,
@@ -404,10 +404,12 @@ class JobNotices:
 
     async def _requeue(self, n: Notice) -> None:
         blocked: list[str] = []
+        left: list[str] = []
         if self.settings.requeue:
             for job in await self._jobs.running(n.node):
                 note = n.jobs.get(job.job_id) or JobNote(job.job_id, job.name, job.user)
                 if note.requeued.startswith(Outcome.REFUSED):
+                    left.append(job.shown)
                     continue  # left running, logged once
                 n.jobs[job.job_id] = note
                 outcome, said = await self._jobs.requeue(job)
@@ -418,26 +420,30 @@ class JobNotices:
                 if outcome is Outcome.BLOCKED:
                     blocked.append(f"{job.job_id} ({said})")
                 elif outcome is Outcome.REFUSED:
+                    left.append(job.shown)
                     log.warning(
                         "%s: job %s (%s) cannot be requeued, left running: %s",
                         n.node,
-                        job.job_id,
+                        job.shown,
                         job.user,
                         said,
                     )
                 else:
-                    log.info("%s: job %s (%s) requeued: %s", n.node, job.job_id, job.user, said)
+                    log.info("%s: job %s (%s) requeued: %s", n.node, job.shown, job.user, said)
         if blocked:
             # Open until they go: asked again with backoff, never dropped or forced.
             raise JobControlError(f"not yet: {'; '.join(blocked)}", reason="blocked")
-        await self._close(n, "requeued" if self.settings.requeue else "deadline passed")
+        why = "requeued" if self.settings.requeue else "deadline passed"
+        if left:
+            why += f"; left running (the scheduler refused to requeue): {', '.join(left)}"
+        await self._close(n, why)
 
     async def _withdraw(self, n: Notice) -> None:
         # Best effort, once: the notice is closed whatever the scheduler says.
         for note in n.jobs.values():
             if note.signal_started_at is None:
                 continue
-            job = RunningJob(note.job_id, note.name, note.user)
+            job = RunningJob(note.job_id, note.name, note.user, node=n.node)
             try:
                 outcome, said = await self._jobs.revise(job, None)
             except JobControlError as err:

@@ -1,4 +1,4 @@
-"""What squeue / scancel / scontrol print, read into jobs and outcomes (the words of 22.05)."""
+"""What scancel / scontrol print, read into outcomes (the words of 22.05)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,8 @@ import pytest
 
 from adapters.schedulers.base import NodeView
 from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
-from adapters.schedulers.slurm_jobs import SlurmJobs, parse_squeue
+from adapters.schedulers.slurm_jobs import SlurmJobs
 from policies.model import Action
-
-
-def test_squeue_lines_become_jobs_and_garbage_is_skipped() -> None:
-    text = "12|train|alice\n13_4|sweep|bob\n\nNOTAJOB|x|y\n14|only-two\n15|a|b|c\n"
-    assert parse_squeue(text) == [
-        RunningJob("12", "train", "alice"),
-        RunningJob("13_4", "sweep", "bob"),
-    ]
-
 
 JOB = RunningJob("7")
 

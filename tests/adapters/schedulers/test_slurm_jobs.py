@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -51,15 +54,27 @@ class Jobs:
         self.where = where
         self.ids: list[str] = []
 
-    def submit(self, node: str, *, requeue: bool = True) -> str:
+    def submit(
+        self,
+        node: str,
+        *,
+        requeue: bool = True,
+        name: str = "",
+        uid: str = "",
+        extra: tuple[str, ...] = (),
+    ) -> str:
+        """A batch job on ``node`` (``extra``: more sbatch options, a hetjob's ``: -w N``)."""
         n = len(self.ids)
         marker = self.where / f"marker.{n}"
         script = self.where / f"job{n}.sh"
         script.write_text(JOB.replace("{marker}", str(marker)))
         script.chmod(0o755)
         flag = "--requeue" if requeue else "--no-requeue"
+        who = [f"--uid={uid}"] if uid else []
+        named = [f"--job-name={name}"] if name else []
+        argv = ["sbatch", "--parsable", *who, *named, "-w", node, flag, "-o", "/dev/null"]
         out = subprocess.run(
-            ["sbatch", "--parsable", "-w", node, flag, "-o", "/dev/null", str(script)],
+            [*argv, *extra, str(script)],
             env=self.cluster.env,
             capture_output=True,
             text=True,
@@ -85,10 +100,13 @@ class Jobs:
 
 @pytest.fixture
 def jobs(clean: Cluster, tmp_path: Path) -> Iterator[Jobs]:
-    tmp_path.chmod(0o777)
-    j = Jobs(clean, tmp_path)
+    # Under /tmp, world-writable: a job submitted as another user writes its marker there.
+    where = Path(tempfile.mkdtemp(prefix="rg-jobs-", dir="/tmp"))
+    where.chmod(0o777)
+    j = Jobs(clean, where)
     yield j
     j.cancel()
+    shutil.rmtree(where, ignore_errors=True)
 
 
 class Rig:
@@ -116,8 +134,8 @@ async def running(tmp_path: Path, cluster: Cluster, settings: NoticeSettings) ->
         rig.box.close()
 
 
-async def running_job(jobs: Jobs, node: str, *, requeue: bool = True) -> str:
-    job = jobs.submit(node, requeue=requeue)
+async def running_job(jobs: Jobs, node: str, *, requeue: bool = True, **kw: Any) -> str:
+    job = jobs.submit(node, requeue=requeue, **kw)
     await wait_until(lambda: jobs.marker(job), timeout=60, what=f"job {job} started")
     return job
 
@@ -184,6 +202,80 @@ async def test_an_exclusion_drains_tells_and_requeues_rather_than_kills(
         await wait_until(lambda: rig.notices.current("gpu03") is None, timeout=60, what="requeue")
     assert jobs.field(job, "Restarts") == "1"
     assert jobs.field(job, "JobState") in {"PENDING", "COMPLETING"}
+
+
+def ids_on(cluster: Cluster, node: str) -> list[str]:
+    """The numeric ids of the jobs running on ``node`` (squeue's %A: no user-written field)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-w", node, "-t", "RUNNING", "-o", "%A"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return out.split()
+
+
+async def test_hostile_jobs_a_job_name_never_reaches_another_users_jobs(
+    jobs: Jobs, clean: Cluster, tmp_path: Path
+) -> None:
+    # The reported attack: a job on gpu02 whose name, read as squeue's '%i|%j|%u' lines,
+    # named two jobs of another user on other nodes. Those were signalled and requeued.
+    victim = await running_job(jobs, "gpu01", uid="nobody")
+    other = await running_job(jobs, "gpu03", uid="nobody")
+    attack = f"x|y\n{victim}|a|b\n{other}|c"
+    attacker = await running_job(jobs, "gpu02", name=attack)
+    async with running(tmp_path, clean, NoticeSettings(checkpoint_grace_s=2.0)) as rig:
+        rig.box.submit(decision("gpu02", Action.DRAIN))
+        await wait_until(lambda: usr1(jobs, attacker), timeout=30, what="the attacker told")
+        await wait_until(
+            lambda: rig.notices.all() and not rig.notices.all()[0].open, timeout=60, what="close"
+        )
+        (notice,) = rig.notices.all()
+    assert set(notice.jobs) == {attacker} and notice.closed == "requeued"
+    note = notice.jobs[attacker]
+    assert (note.signaled, note.requeued) == ("done", "done")
+    assert note.name == attack.replace("\n", "\\n") and note.user == "root"
+    for job in (victim, other):
+        assert not usr1(jobs, job), job
+        assert (jobs.field(job, "JobState"), jobs.field(job, "Restarts")) == ("RUNNING", "0")
+        assert jobs.field(job, "UserId").startswith("nobody")
+    assert "DRAIN" not in clean.show("gpu01").split(" Reason=")[0]
+
+
+async def test_hostile_jobs_odd_names_arrays_and_heterogeneous_parts_are_all_told(
+    jobs: Jobs, clean: Cluster, tmp_path: Path
+) -> None:
+    # Hidden before: a name with a '|' (four fields) and a hetjob component ("5+1").
+    ckpt = await running_job(jobs, "gpu04", name="ckpt|v2")
+    await running_job(jobs, "gpu01", extra=("--array=0-1",))
+    het = await running_job(jobs, "gpu03", extra=(":", "-w", "gpu02"))
+    await wait_until(lambda: ids_on(clean, "gpu02"), timeout=30, what="the hetjob component")
+    (array_task,) = ids_on(clean, "gpu01")
+    (component,) = ids_on(clean, "gpu02")
+    assert component != het  # the component's own id; the leader runs on gpu03
+    drained = ("gpu01", "gpu02", "gpu04")
+    async with running(tmp_path, clean, NoticeSettings(checkpoint_grace_s=2.0)) as rig:
+        for n, node in enumerate(drained, start=1):
+            rig.box.submit(decision(node, Action.DRAIN, n))
+
+        def closed() -> bool:
+            done = [n for n in rig.notices.all() if not n.open]
+            return len(done) == len(drained)
+
+        await wait_until(closed, timeout=90, what="three notices closed")
+        by_node = {n.node: n for n in rig.notices.all()}
+    expected = {"gpu01": array_task, "gpu02": component, "gpu04": ckpt}
+    for node, job in expected.items():
+        notice = by_node[node]
+        assert set(notice.jobs) == {job}, node
+        assert (notice.jobs[job].signaled, notice.jobs[job].requeued) == ("done", "done"), node
+        assert notice.closed == "requeued"
+    assert usr1(jobs, ckpt)
+    assert jobs.field(ckpt, "Restarts") == "1"
+    assert jobs.field(het, "Restarts") == "1"  # requeued through its leader
+    assert jobs.field(array_task, "Restarts") == "1"
 
 
 def _notice_rows(db_path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:

@@ -21,8 +21,9 @@ from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, Runn
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.slurm_hostlist import HostlistError, hostlist_has
-from adapters.schedulers.slurm_jobs import SignalScope, SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs, running_on
+from adapters.schedulers.slurm_job_list import convert, running_on
+from adapters.schedulers.slurm_jobs import NOT_HERE, SignalScope, SlurmJobs
+from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
 from adapters.schedulers.slurm_versions import api_info
 from daemon.config.scheduler import SlurmSchedulerConfig
 from daemon.delivery.notices import JobNotices, NoticeSettings
@@ -184,13 +185,20 @@ async def test_signal_answers_become_outcomes(fake: FakeSlurmrestd, slurm_token:
     finished = fake.add_job("gpu01")
     fake.jobs[finished].state = "COMPLETED"
     sink, jobs = rest_jobs(fake, slurm_token, scope="batch")
+    here = {"node": "gpu01"}
     try:
-        assert await jobs.notify(RunningJob(str(done)), terms("USR1")) == (Outcome.DONE, "ok")
-        gone, said = await jobs.notify(RunningJob("999999"), terms("USR1"))
-        assert gone is Outcome.GONE and "2017" in said
-        assert (await jobs.notify(RunningJob(str(finished)), terms("USR1")))[0] is Outcome.GONE
+        assert await jobs.notify(RunningJob(str(done), **here), terms("USR1")) == (
+            Outcome.DONE,
+            "ok",
+        )
+        gone, said = await jobs.notify(RunningJob("999999", **here), terms("USR1"))
+        assert gone is Outcome.GONE and said == NOT_HERE
+        finished_job = RunningJob(str(finished), **here)
+        assert (await jobs.notify(finished_job, terms("USR1")))[0] is Outcome.GONE
+        elsewhere, said = await jobs.notify(RunningJob(str(done), node="gpu02"), terms("USR1"))
+        assert elsewhere is Outcome.GONE and said == NOT_HERE
         # The request itself is wrong (HTTP 400): sending it again cannot help.
-        refused, said = await jobs.notify(RunningJob(str(done)), terms("NOSUCHSIG"))
+        refused, said = await jobs.notify(RunningJob(str(done), **here), terms("NOSUCHSIG"))
         assert refused is Outcome.REFUSED and "HTTP 400" in said
     finally:
         await sink.close()
@@ -207,34 +215,41 @@ async def test_a_user_who_may_not_signal_is_an_operators_problem(
     sink, jobs = rest_jobs(fake, token, user="nobody")
     try:
         with pytest.raises(JobControlError, match="2002") as err:
-            await jobs.notify(RunningJob(str(job)), terms("USR1"))
+            await jobs.notify(RunningJob(str(job), node="gpu01"), terms("USR1"))
     finally:
         await sink.close()
     assert err.value.permanent and err.value.reason == "auth" and not fake.jobs[job].signals
 
 
-async def test_a_malformed_job_list_is_skipped_entry_by_entry(
+async def test_hostile_jobs_a_malformed_job_list_is_refused_whole(
     fake: FakeSlurmrestd, slurm_token: Path
 ) -> None:
+    # A job that cannot be placed might be on this node: nothing is concluded from the rest.
     sink, jobs = rest_jobs(fake, slurm_token)
     good = {"job_id": 7, "job_state": ["RUNNING"], "nodes": "gpu[01-02]", "user_name": "al"}
     garbage: list[Any] = [
         "x",
         None,
         {"job_id": "7; rm -rf", "job_state": ["RUNNING"], "nodes": "gpu01"},
-        {"job_id": {"set": False, "number": 8}, "job_state": ["RUNNING"], "nodes": "gpu01"},
         {"job_id": 9, "job_state": ["RUNNING"], "nodes": "gpu[01"},
-        {"job_id": 10, "job_state": "RUNNING", "nodes": "gpu01"},  # v0.0.38's string form
-        {"job_id": True, "job_state": ["RUNNING"], "nodes": "gpu01"},
-        {"job_id": 11, "job_state": None, "nodes": "gpu01"},
-        good,
+        {"job_state": ["RUNNING"], "nodes": "gpu01"},
+        {"job_id": {"set": False, "number": 8}, "job_state": ["RUNNING"], "nodes": "gpu01"},
     ]
     try:
         await sink.read_state(["gpu01"])  # the API version first
-        fake.fail_next, fake.fail_status, fake.fail_body = 1, 200, {"jobs": garbage}
-        listed = await jobs.running("gpu01")
+        refusals = []
+        for bad in garbage:
+            fake.fail_next, fake.fail_status, fake.fail_body = 1, 200, {"jobs": [bad, good]}
+            with pytest.raises(JobControlError) as err:
+                await jobs.running("gpu01")
+            refusals.append(err.value.reason)
         fake.fail_next, fake.fail_body = 1, {"jobs": "not a list"}
-        assert await jobs.running("gpu01") == []
+        with pytest.raises(JobControlError, match="not a Slurm job list"):
+            await jobs.running("gpu01")
+        ten = {"job_id": 10, "job_state": "RUNNING", "nodes": "gpu01"}  # v0.0.38's string form
+        idle = {"job_id": 11, "job_state": None, "nodes": "gpu01"}
+        fake.fail_next, fake.fail_body = 1, {"jobs": [ten, idle, good]}
+        listed = await jobs.running("gpu01")
         fake.fail_next, fake.fail_status, fake.fail_body = 1, 500, {"errors": "oops"}
         with pytest.raises(JobControlError, match="HTTP 500") as transient:
             await jobs.running("gpu01")
@@ -243,10 +258,11 @@ async def test_a_malformed_job_list_is_skipped_entry_by_entry(
             await jobs.running("gpu01")
     finally:
         await sink.close()
+    assert refusals == ["malformed"] * len(garbage)
     assert not transient.value.permanent
     assert forbidden.value.permanent and forbidden.value.reason == "auth"
     assert [j.job_id for j in listed] == ["10", "7"]
-    assert listed[1] == RunningJob("7", "", "al")
+    assert listed[1] == RunningJob("7", "", "al", node="gpu01", label="7", requeue_id="7")
 
 
 async def test_slurm_22_05_keeps_the_commands(slurm_token: Path) -> None:
@@ -327,7 +343,8 @@ def test_the_fakes_hostlists_read_back() -> None:
         "gpu04",
         "login1",
     ]
-    assert running_on([{"job_id": 3, "job_state": ["RUNNING"], "nodes": expr}], "gpu04")
+    listing = convert({"jobs": [{"job_id": 3, "job_state": ["RUNNING"], "nodes": expr}]})
+    assert running_on(listing, "gpu04")
 
 
 async def test_the_daemon_takes_the_rest_path_with_a_rest_url(slurm_token: Path) -> None:
@@ -375,7 +392,8 @@ async def test_a_federation_job_id_is_signalled_through_the_job_list_path(
     try:
         (listed,) = await jobs.running("gpu01")
         assert await jobs.notify(listed, terms("USR1")) == (Outcome.DONE, "ok")
-        gone, _ = await jobs.notify(RunningJob(str((3 << 26) + 42)), terms("USR1"))
+        stranger = RunningJob(str((3 << 26) + 42), node="gpu01")
+        gone, _ = await jobs.notify(stranger, terms("USR1"))
         status, _ = await sink.call("DELETE", f"/slurm/v0.0.42/job/{big}", {"signal": "USR1"})
     finally:
         await sink.close()
