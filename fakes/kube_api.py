@@ -10,8 +10,17 @@ It enforces the semantics a careless client gets wrong:
   ``spec.taints`` has no patch merge key, so a patch carrying one taint drops
   every other;
 - pods are listed by ``fieldSelector=spec.nodeName=N`` (an unsupported field
-  label is 400, as the real server says it); a pod is patched (merge or
-  strategic merge: annotations merge) and answers 404 once it is gone;
+  label is 400, as the real server says it), ``limit`` at a time with a
+  ``continue`` token (``expire_continue`` makes the next token 410 Gone, as an
+  etcd compaction does); a pod is patched (merge or strategic merge:
+  annotations merge) and answers 404 once it is gone;
+- a pod's ``metadata.uid`` and ``spec.nodeName`` cannot be changed: a patch that
+  would is 422 (ValidateObjectMetaUpdate, apimachinery
+  ``pkg/api/validation/objectmeta.go``; ValidatePodUpdate, kubernetes
+  ``pkg/apis/core/validation/validation.go``);
+- an Eviction whose ``deleteOptions.preconditions.uid`` is not the pod's is 409
+  Conflict ("Precondition failed: UID in precondition", apiserver
+  ``pkg/storage/interfaces.go`` Preconditions.Check);
 - a core/v1 Event must name an object of its own namespace (422 otherwise);
 - the policy/v1 Eviction API answers 429 (with the ``DisruptionBudget`` cause)
   while a PodDisruptionBudget allows no disruption, 201 with a Status when it
@@ -200,6 +209,8 @@ class FakeKubeApi:
     forbid: set[str] = field(default_factory=set)  # RBAC: "patch pods", "create pods/eviction"
     used: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) asked for
     keep_terminating: bool = False  # an evicted pod stays, terminating, until removed
+    expire_continue: int = 0  # the next N continue tokens answer 410 Gone
+    before_next_evict: Callable[[str, str], None] | None = None  # run once, with ns and name
     resource_version: int = 100
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -283,6 +294,12 @@ class FakeKubeApi:
             and (e["involvedObject"].get("namespace"), e["involvedObject"].get("name"))
             == (namespace, name)
         ]
+
+    def replace_pod(self, namespace: str, name: str, node: str) -> None:
+        """The pod's controller recreates it under the same name, on ``node``, with a new uid."""
+        self.pods.pop((namespace, name), None)
+        self.add_pod(namespace, name, node)
+        self.pods[(namespace, name)]["metadata"]["uid"] = f"uid-{namespace}-{name}-{self._bump()}"
 
     def remove_terminating(self) -> None:
         """The kubelet finishes stopping the pods being deleted."""
@@ -402,7 +419,26 @@ class FakeKubeApi:
                 )
             keep = op == "="
             items = [p for p in items if (p["spec"]["nodeName"] == value) == keep]
-        return self._json({"kind": "PodList", "apiVersion": "v1", "items": items})
+        start = 0
+        token = request.query.get("continue", "")
+        if token:
+            if self.expire_continue > 0:
+                self.expire_continue -= 1
+                return _status(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list"
+                    " result. You can start a new list without the continue parameter.",
+                )
+            start = int(token.removeprefix("offset-"))
+        limit = int(request.query.get("limit", "0") or 0)
+        end = start + limit if limit > 0 else len(items)
+        meta: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
+        if end < len(items):
+            meta["continue"] = f"offset-{end}"
+            meta["remainingItemCount"] = len(items) - end
+        page = items[start:end]
+        return self._json({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page})
 
     async def _patch_pod(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
@@ -422,6 +458,22 @@ class FakeKubeApi:
             return patched
         if (patched["metadata"].get("name"), patched["metadata"].get("namespace")) != (name, ns):
             return _status(422, "Invalid", "metadata.name and metadata.namespace are immutable")
+        if patched["metadata"].get("uid") != pod["metadata"]["uid"]:
+            return _status(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: metadata.uid: Invalid value: '
+                f'"{patched["metadata"].get("uid")}": field is immutable',
+            )
+        if (patched.get("spec") or {}).get("nodeName") != pod["spec"]["nodeName"]:
+            return _status(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change fields'
+                " other than `spec.containers[*].image`, `spec.initContainers[*].image`,"
+                " `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing"
+                " tolerations), `spec.terminationGracePeriodSeconds`",
+            )
         if patched == pod:  # a patch that changes nothing (a "test") changes no version
             return self._json(pod)
         patched["metadata"]["resourceVersion"] = self._bump()
@@ -445,10 +497,23 @@ class FakeKubeApi:
             return _status(400, "BadRequest", "expected a policy/v1 Eviction")
         if (body.get("metadata") or {}).get("name") != name:
             return _status(400, "BadRequest", "name in URL does not match name in Eviction object")
+        if self.before_next_evict is not None:
+            hook, self.before_next_evict = self.before_next_evict, None
+            hook(ns, name)
         pod = self.pods.get((ns, name))
         if pod is None:
             self.evictions.append((ns, name, 404))
             return _not_found("pods", name)
+        options = body.get("deleteOptions") or {}
+        wanted = (options.get("preconditions") or {}).get("uid")
+        if wanted is not None and wanted != pod["metadata"]["uid"]:
+            self.evictions.append((ns, name, 409))
+            return _status(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on Pod {name!r}: Precondition failed: UID in"
+                f" precondition: {wanted}, UID in object meta: {pod['metadata']['uid']}",
+            )
         labels = pod["metadata"].get("labels", {})
         for budget in self.budgets:
             k, v = budget.label

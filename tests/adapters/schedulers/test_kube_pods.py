@@ -26,10 +26,13 @@ import pytest
 import yaml
 
 from adapters.schedulers.decision_json import rfc3339
-from adapters.schedulers.jobs import NoticeTerms, Outcome, RunningJob
+from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
 from adapters.schedulers.kube_pods import (
     CHECKPOINT_ANNOTATION,
     EVENT_REASON,
+    LIST_RESTARTS,
+    NOT_HERE,
+    PAGE_SIZE,
     POD_NOTICE,
     WITHDRAWN_REASON,
     KubePods,
@@ -403,12 +406,13 @@ async def test_pods_of_the_adapter_alone_gone_and_forbidden(
 ) -> None:
     pods = KubePods(KubeClient(connection(api_url=api.url, token_file=token_file)))
     try:
-        gone = RunningJob("ml/vanished", "vanished", "ml")
+        gone = RunningJob("ml/vanished", "vanished", "ml", node="node-a", uid="uid-vanished")
         assert (await pods.requeue(gone))[0] is Outcome.GONE  # 404: already gone, done
         api.add_pod("ml", "p", "node-a")
         api.forbid = {"create events"}
         terms = NoticeTerms(POD_NOTICE, T0, "rackguard[gpu]: hot", "gpu")
-        outcome, said = await pods.notify(RunningJob("ml/p", "p", "ml"), terms)
+        (listed,) = await pods.running("node-a")
+        outcome, said = await pods.notify(listed, terms)
         # The annotation is the notice; a refused Event is said, not fatal.
         assert outcome is Outcome.DONE and "Event not recorded (HTTP 403)" in said
         assert annotated(api) == {("ml", "p"): rfc3339(T0)}
@@ -532,3 +536,119 @@ async def test_a_bare_pod_is_told_and_left_running_not_evicted_for_good(
     assert [n for _, n, _ in api.evictions] == ["trainer-0"]
     assert notice.jobs["ml/scratch"].requeued.startswith("refused: no controller")
     assert "job ml/scratch (ml) cannot be requeued, left running" in caplog.text
+
+
+async def test_hostile_jobs_a_pod_list_over_the_page_size_is_read_whole(
+    api: FakeKubeApi, run: Callable[[Clock], Notices]
+) -> None:
+    for i in range(PAGE_SIZE * 2 + 7):
+        api.add_pod("ml", f"w-{i}", "node-a")
+    api.expire_continue = 1  # one page expires mid-list (etcd compacted): listed again
+    clock = Clock()
+    async with run(clock) as r:
+        await applied(r, Action.DRAIN, timeout=120)
+        assert len(r.notice().jobs) == PAGE_SIZE * 2 + 7
+
+
+async def test_hostile_jobs_a_list_that_keeps_expiring_is_an_error_not_a_partial_list(
+    api: FakeKubeApi, token_file: Path
+) -> None:
+    for i in range(PAGE_SIZE + 1):
+        api.add_pod("ml", f"w-{i}", "node-a")
+    api.expire_continue = LIST_RESTARTS
+    pods = KubePods(KubeClient(connection(api_url=api.url, token_file=token_file)))
+    try:
+        with pytest.raises(JobControlError, match="kept expiring") as err:
+            await pods.running("node-a")
+    finally:
+        await pods.close()
+    assert err.value.reason == "incomplete"
+
+
+async def test_hostile_jobs_only_pods_whose_own_spec_names_the_node(
+    api: FakeKubeApi, token_file: Path
+) -> None:
+    # A server (or a proxy) that ignores the field selector lists every pod.
+    api.add_pod("ml", "mine", "node-a")
+    api.add_pod("ml", "theirs", "node-b")
+    pods = KubePods(KubeClient(connection(api_url=api.url, token_file=token_file)))
+    try:
+        listed = await pods.running("node-a")
+        api.add_pod("ml", "unnamed", "node-a")
+        api.pods[("ml", "unnamed")]["metadata"]["uid"] = ""
+        with pytest.raises(JobControlError, match="without a namespace, name or uid"):
+            await pods.running("node-a")
+        api.pods[("ml", "unnamed")]["metadata"]["uid"] = "u"
+        api.pods[("ml", "unnamed")]["metadata"]["name"] = ".."
+        with pytest.raises(JobControlError, match="address another object"):
+            await pods.running("node-a")
+        api.pods[("ml", "unnamed")]["metadata"]["ownerReferences"] = "not a list"
+        api.pods[("ml", "unnamed")]["metadata"]["name"] = "unnamed"
+        with pytest.raises(JobControlError, match="malformed"):
+            await pods.running("node-a")
+    finally:
+        await pods.close()
+    assert [(j.job_id, j.node, j.uid) for j in listed] == [("ml/mine", "node-a", "uid-ml-mine")]
+
+
+async def test_hostile_jobs_hostile_labels_annotations_and_owners_change_nothing(
+    api: FakeKubeApi, run: Callable[[Clock], Notices]
+) -> None:
+    api.add_pod("ml", "trainer", "node-a", labels={"app": "a|b\nnode-b", "x": "$(id)"})
+    meta = api.pods[("ml", "trainer")]["metadata"]
+    meta["annotations"] = {
+        CHECKPOINT_ANNOTATION: "node-b",
+        "kubernetes.io/config.source": "file",
+        "note": "\u202e" + "|" * 65536,
+    }
+    # An owner that names a pod of another node as its controller's kind and name.
+    meta["ownerReferences"].append({"apiVersion": "v1", "kind": "Pod", "name": "ml/elsewhere"})
+    api.add_pod("ml", "elsewhere", "node-b")
+    clock = Clock()
+    async with run(clock) as r:
+        await applied(r, Action.DRAIN)
+        clock.now = T0 + 600.0
+        await wait_until(r.closed, what="evicted")
+        (notice,) = r.notices.all()
+    assert set(notice.jobs) == {"ml/trainer"}
+    assert [(ns, name) for ns, name, _ in api.evictions] == [("ml", "trainer")]
+    assert ("ml", "elsewhere") in api.pods and not api.pods[("ml", "elsewhere")]["metadata"][
+        "annotations"
+    ]
+
+
+async def test_hostile_jobs_a_pod_replaced_between_list_and_eviction_is_not_evicted(
+    api: FakeKubeApi, run: Callable[[Clock], Notices]
+) -> None:
+    # A StatefulSet's pod keeps its name: recreated on node-b just before the eviction.
+    api.add_pod("ml", "db-0", "node-a")
+    api.before_next_evict = lambda ns, name: api.replace_pod(ns, name, "node-b")
+    clock = Clock()
+    async with run(clock) as r:
+        await applied(r, Action.DRAIN)
+        clock.now = T0 + 600.0
+        await wait_until(r.closed, what="closed")
+        (notice,) = r.notices.all()
+    assert api.evictions == [("ml", "db-0", 409)]  # the uid precondition held
+    assert api.pods[("ml", "db-0")]["spec"]["nodeName"] == "node-b"  # left alone
+    assert notice.jobs["ml/db-0"].requeued.startswith("gone")
+
+
+async def test_hostile_jobs_a_pod_replaced_before_the_tell_is_not_annotated(
+    api: FakeKubeApi, token_file: Path
+) -> None:
+    api.add_pod("ml", "db-0", "node-a")
+    pods = KubePods(KubeClient(connection(api_url=api.url, token_file=token_file)))
+    terms = NoticeTerms(POD_NOTICE, T0, "rackguard[gpu]: hot", "gpu")
+    try:
+        (listed,) = await pods.running("node-a")
+        api.replace_pod("ml", "db-0", "node-b")  # same name, another node and uid
+        elsewhere = await pods.notify(listed, terms)
+        api.replace_pod("ml", "db-0", "node-a")  # same name and node, another uid
+        replaced = await pods.notify(listed, terms)
+        taken_back = await pods.revise(listed, None)
+    finally:
+        await pods.close()
+    assert elsewhere == (Outcome.GONE, NOT_HERE) and replaced == (Outcome.GONE, NOT_HERE)
+    assert taken_back[0] is Outcome.DONE  # nothing of ours on it: nothing removed
+    assert annotated(api) == {} and api.events == []
