@@ -304,6 +304,8 @@ async def events(request: web.Request) -> web.StreamResponse:
     if after > hub.last_id:
         # An id from before a restart (ids start again at 1): replay what we kept.
         after = 0
+    if request.method == "HEAD":  # what a GET would answer with, no stream held open
+        return web.Response(headers={"Content-Type": "text/event-stream"})
     streams = request.app[_STREAMS]
     if streams.open >= ctx.max_event_streams:
         # Each stream holds a socket for as long as the client likes: past the
@@ -421,7 +423,10 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     """Every error as JSON with a stable shape; internal errors never leak details."""
     try:
         ctx = request.app[_CTX]
-        if ctx.reads_need_token and request.path not in _OPEN_PATHS and request.method == "GET":
+        # Every method, not only GET: aiohttp answers HEAD through the GET handlers
+        # (headers, Content-Length, an event stream's slot), and the rest are refused
+        # only after routing. A request is authorised before anything is looked up.
+        if ctx.reads_need_token and request.path not in _OPEN_PATHS:
             if ctx.token is None:  # pragma: no cover - refused by the config
                 raise ApiError(403, "disabled", "reads need [api] token_file on this address")
             _check_bearer(request, ctx.token)

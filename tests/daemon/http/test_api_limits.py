@@ -131,6 +131,37 @@ async def test_reads_off_loopback_need_the_token_probes_do_not(
         assert (await status_of(http, f"{base}/v1/state", headers=auth))[0] == 200
         assert (await status_of(http, f"{base}/healthz"))[0] == 200
         assert (await status_of(http, f"{base}/readyz"))[0] == 200
+        # HEAD (served by the GET handlers) and every other method: authorised as GET is.
+        for path in ("/v1/state", "/v1/decisions", "/metrics", "/v1/events", "/v1/notices", "/"):
+            for method in ("HEAD", "OPTIONS", "PUT", "DELETE", "TRACE", "PATCH"):
+                async with http.request(method, base + path) as resp:
+                    assert resp.status == 401, (method, path)
+        async with http.head(f"{base}/v1/state", headers=auth) as resp:
+            assert resp.status == 200
+
+
+async def test_head_on_the_event_stream_holds_no_slot(
+    receiver: FakeWebhookScheduler, secret_file: Path
+) -> None:
+    async with (
+        running_daemon(
+            fake_node(), receiver, secret_file, api_extra="max_event_streams = 1"
+        ) as daemon,
+    ):
+        held = []
+        for _ in range(4):
+            reader, writer = await asyncio.open_connection("127.0.0.1", daemon.api_port)
+            writer.write(b"HEAD /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            held.append(writer)  # kept open, as the attack did
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{daemon.api_port}/v1/events") as resp,
+        ):
+            assert resp.status == 200  # the one real stream still has its slot
+        for writer in held:
+            writer.close()
 
 
 async def test_a_client_leaving_an_event_stream_logs_no_error(
