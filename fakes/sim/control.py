@@ -5,12 +5,19 @@
     POST /v1/faults/{name}   apply one fault now; body: a JSON object of parameters (or empty)
 
 Errors are 400 with ``{"error": "..."}`` naming the fault and the key; an unknown
-fault name lists the known ones. It binds loopback only: it has no authentication.
+fault name lists the known ones; every number has bounds. It binds loopback only
+and has no authentication, so it also refuses what a web page open in the
+operator's browser could send it (403): a peer that is not loopback, a ``Host``
+that is not a loopback name (DNS rebinding), an ``Origin`` other than its own or
+a ``Sec-Fetch-Site`` other than same-origin; and a POST must be
+``application/json`` (415), which no cross-origin page can send without a CORS
+preflight this API never grants.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -61,6 +68,27 @@ async def _apply(request: web.Request) -> web.Response:
     return _json(record)
 
 
+@web.middleware
+async def same_machine_only(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Refuse what did not come from a program on this machine (see the module doc)."""
+    host = request.host.rsplit(":", 1)[0].strip("[]") if request.host else ""
+    own = f"http://{request.host}"
+    if not is_loopback(request.remote or ""):
+        return _json({"error": "the control API answers loopback only"}, 403)
+    if not is_loopback(host):
+        return _json({"error": f"Host: {host!r} is not a loopback name"}, 403)
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != own:
+        return _json({"error": f"Origin: {origin!r} is not this API's ({own})"}, 403)
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        return _json({"error": "Sec-Fetch-Site: a request from another site"}, 403)
+    if request.method == "POST" and request.content_type != "application/json":
+        return _json({"error": "Content-Type: must be application/json"}, 415)
+    return await handler(request)
+
+
 def is_loopback(host: str) -> bool:
     """True for a loopback address or 'localhost'."""
     if host == "localhost":
@@ -75,7 +103,7 @@ async def start_control(harness: Harness, host: str, port: int) -> web.AppRunner
     """Serve the control API on ``host:port`` (loopback only; ValueError otherwise)."""
     if not is_loopback(host):
         raise ValueError(f"control: {host!r} is not a loopback address (the API has no auth)")
-    app = web.Application()
+    app = web.Application(middlewares=[same_machine_only], client_max_size=64 * 1024)
     app[HARNESS] = harness
     app.router.add_get("/v1/status", _status)
     app.router.add_get("/v1/faults", _faults)

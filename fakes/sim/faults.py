@@ -9,6 +9,7 @@ and an unknown fault name lists the known ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -39,6 +40,8 @@ class FaultSpec:
     description: str
     params: Mapping[str, float | bool | str | None] = field(default_factory=dict)
     event: EventKind | None = None  # for SIMULATOR faults
+    # Inclusive (low, high) of each number parameter: what the simulated plant can do.
+    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def _gpu(**extra: float | bool | str | None) -> dict[str, float | bool | str | None]:
@@ -54,6 +57,7 @@ FAULTS: dict[str, FaultSpec] = {
             "the CDU pump stops; loop flow decays to residual_flow_pct",
             {"residual_flow_pct": 3.0},
             EventKind.PUMP_FAIL,
+            {"residual_flow_pct": (0.0, 100.0)},
         ),
         FaultSpec(
             "pump_restore", Target.SIMULATOR, "the pump runs again", {}, EventKind.PUMP_RESTORE
@@ -64,6 +68,7 @@ FAULTS: dict[str, FaultSpec] = {
             "the facility water warms; coolant supply rises at rate_c_per_min up to max_rise_c",
             {"rate_c_per_min": 1.0, "max_rise_c": 30.0},
             EventKind.CHILLER_FAIL,
+            {"rate_c_per_min": (0.001, 60.0), "max_rise_c": (0.0, 80.0)},
         ),
         FaultSpec(
             "chiller_restore",
@@ -78,6 +83,7 @@ FAULTS: dict[str, FaultSpec] = {
             "room cooling lost: inlet air rises at rate_c_per_min up to max_rise_c",
             {"rate_c_per_min": 0.5, "max_rise_c": 20.0},
             EventKind.CRAC_FAIL,
+            {"rate_c_per_min": (0.001, 60.0), "max_rise_c": (0.0, 80.0)},
         ),
         FaultSpec(
             "inlet_restore", Target.SIMULATOR, "room cooling recovers", {}, EventKind.CRAC_RESTORE
@@ -91,6 +97,7 @@ FAULTS: dict[str, FaultSpec] = {
             "one GPU's temperature sensor fails (NVML_ERROR_UNKNOWN) for duration_s",
             {"target": None, "gpu": None, "duration_s": 60.0},
             EventKind.SENSOR_DROPOUT,
+            {"duration_s": (0.0, 86400.0)},
         ),
         FaultSpec(
             "sensor_stick",
@@ -102,7 +109,13 @@ FAULTS: dict[str, FaultSpec] = {
         FaultSpec(
             "gpu_lost", Target.GPU, "one GPU falls off the bus (NVML_ERROR_GPU_IS_LOST)", _gpu()
         ),
-        FaultSpec("pdu_slow", Target.PDU, "the PDU agent answers delay_s late", {"delay_s": 2.0}),
+        FaultSpec(
+            "pdu_slow",
+            Target.PDU,
+            "the PDU agent answers delay_s late",
+            {"delay_s": 2.0},
+            bounds={"delay_s": (0.0, 60.0)},
+        ),
         FaultSpec("pdu_garbage", Target.PDU, "the PDU agent answers every value with junk bytes"),
         FaultSpec("pdu_silent", Target.PDU, "the PDU agent answers nothing"),
         FaultSpec("pdu_ok", Target.PDU, "the PDU agent answers normally again"),
@@ -111,6 +124,7 @@ FAULTS: dict[str, FaultSpec] = {
             Target.CDU,
             "the CDU's OPC-UA server restarts after downtime_s, with new NodeIds if new_node_ids",
             {"new_node_ids": True, "downtime_s": 1.0},
+            bounds={"downtime_s": (0.0, 600.0)},
         ),
     )
 }
@@ -138,11 +152,14 @@ def parse_fault(name: str, given: Mapping[str, Any]) -> tuple[FaultSpec, dict[st
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise FaultError(f"{name}: {key}: must be a number, got {value!r}")
             value = float(value)
+            low, high = spec.bounds.get(key, (-math.inf, math.inf))
+            if not (math.isfinite(value) and low <= value <= high):
+                raise FaultError(f"{name}: {key}: must be from {low:g} to {high:g}, got {value!r}")
         elif key == "gpu":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 64:
                 raise FaultError(f"{name}: {key}: must be a GPU index (0, 1, ...), got {value!r}")
-        elif not isinstance(value, str):
-            raise FaultError(f"{name}: {key}: must be a string, got {value!r}")
+        elif not isinstance(value, str) or len(value) > 253:
+            raise FaultError(f"{name}: {key}: must be a name (a string), got {value!r:.80}")
         params[key] = value
     for key in given:
         if key not in spec.params:

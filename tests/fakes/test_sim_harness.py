@@ -248,7 +248,7 @@ async def test_simulator_faults_change_the_rack_and_are_recorded(harness: Harnes
 
 BAD_REQUESTS: list[tuple[str, dict[str, object], str]] = [
     ("pump_explode", {}, "unknown fault 'pump_explode' (known: pump_fail, pump_restore"),
-    ("pump_fail", {"residual_flow_pct": 300}, "residual_flow_pct: must be at most 100"),
+    ("pump_fail", {"residual_flow_pct": 300}, "residual_flow_pct: must be from 0 to 100"),
     ("pump_fail", {"residual": 3}, "pump_fail: residual: unknown parameter"),
     ("sensor_stick", {"node": "a-01"}, "sensor_stick: gpu: required parameter is missing"),
     ("sensor_stick", {"node": "zz", "gpu": 0}, "node: unknown node 'zz' (nodes: a-01, a-02)"),
@@ -283,10 +283,13 @@ async def test_control_api_applies_lists_and_refuses(harness: Harness) -> None:
                 timeout=30,
                 what="the CDU back with new NodeIds",
             )
-            async with http.post(f"{base}/v1/faults/nope", data=b"") as rsp:
+            as_json = {"Content-Type": "application/json"}
+            async with http.post(f"{base}/v1/faults/nope", data=b"", headers=as_json) as rsp:
                 assert rsp.status == 400
                 assert "known: pump_fail" in (await rsp.json())["error"]
-            async with http.post(f"{base}/v1/faults/pump_fail", data=b"[1]") as rsp:
+            async with http.post(
+                f"{base}/v1/faults/pump_fail", data=b"[1]", headers=as_json
+            ) as rsp:
                 assert rsp.status == 400
                 assert "JSON object" in (await rsp.json())["error"]
             async with http.get(f"{base}/v1/status") as rsp:
@@ -295,6 +298,45 @@ async def test_control_api_applies_lists_and_refuses(harness: Harness) -> None:
             assert status["rack"]["pump_running"] is True
     finally:
         await runner.cleanup()
+
+
+async def test_control_api_refuses_what_a_web_page_could_send(harness: Harness) -> None:
+    runner = await start_control(harness, "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+    url = f"http://127.0.0.1:{port}/v1/faults/pump_fail"
+    own = {"Content-Type": "application/json", "Origin": f"http://127.0.0.1:{port}"}
+    refused = [
+        # A cross-origin "simple request": no preflight, so the browser sends it.
+        ({"Content-Type": "text/plain", "Origin": "http://evil.example"}, b"{}", 403),
+        ({"Content-Type": "application/json", "Origin": "http://evil.example"}, b"{}", 403),
+        ({"Content-Type": "application/json", "Origin": "null"}, b"{}", 403),
+        ({"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, b"{}", 403),
+        ({"Content-Type": "text/plain"}, b"{}", 415),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, b"a=1", 415),
+        ({"Content-Type": "application/json", "Host": "evil.example"}, b"{}", 403),  # rebinding
+        ({"Content-Type": "application/json"}, b'{"residual_flow_pct": 1e308}', 400),
+        ({"Content-Type": "application/json"}, b'{"residual_flow_pct": -5}', 400),
+    ]
+    try:
+        async with aiohttp.ClientSession() as http:
+            for headers, body, status in refused:
+                async with http.post(url, data=body, headers=headers) as rsp:
+                    assert rsp.status == status, (headers, body)
+            bounded = f"http://127.0.0.1:{port}/v1/faults/cdu_restart"
+            async with http.post(bounded, data=b'{"downtime_s": -5}', headers=own) as rsp:
+                assert rsp.status == 400 and "from 0 to 600" in (await rsp.json())["error"]
+            assert harness.history == []  # nothing applied
+            async with http.post(url, data=b"{}", headers=own) as rsp:
+                assert rsp.status == 200  # its own page, or a program: applied
+    finally:
+        await runner.cleanup()
+    assert [h["fault"] for h in harness.history] == ["pump_fail"]
+
+
+def test_every_number_a_fault_takes_is_bounded() -> None:
+    for spec in FAULTS.values():
+        numbers = {k for k, v in spec.params.items() if isinstance(v, float)}
+        assert numbers == set(spec.bounds), spec.name
 
 
 async def test_control_api_refuses_a_non_loopback_address(harness: Harness) -> None:
