@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from adapters.schedulers.base import NodeView
+from adapters.schedulers.slurm_reason import split_reason
 
 RACK_FEATURE_PREFIX = "rack_"
 RACK_LABEL = "topology.rackguard.io/rack"
@@ -67,13 +68,13 @@ def listed_slurm(node: Mapping[str, Any], view: NodeView) -> ListedNode:
 
 def listed_scontrol(line: str, view: NodeView) -> ListedNode:
     """One ``scontrol -o show nodes`` line: ActiveFeatures= and the reason's ``[user@time]``."""
-    fields = dict(f.split("=", 1) for f in line.split(" Reason=", 1)[0].split() if "=" in f)
+    split = split_reason(line)
+    fields = dict(f.split("=", 1) for f in split.head.split() if "=" in f)
     features = fields.get("ActiveFeatures") or fields.get("AvailableFeatures") or ""
     at = None
-    if " Reason=" in line and line.endswith("]") and "@" in line.rsplit("[", 1)[-1]:
-        stamp = line.rsplit("@", 1)[-1].rstrip("]")
+    if split.at:
         try:
-            at = dt.datetime.fromisoformat(stamp).timestamp()  # local time, as scontrol prints
+            at = dt.datetime.fromisoformat(split.at).timestamp()  # local time, as scontrol prints
         except ValueError:
             at = None
     return ListedNode(view, slurm_rack(features), at)

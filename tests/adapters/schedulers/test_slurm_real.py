@@ -10,6 +10,7 @@ scripts, on free ports, and stopped at the end.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -126,11 +127,22 @@ async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_
 
 
 def test_scontrol_output_parses_like_rest(clean: Cluster) -> None:
+    from adapters.schedulers.listing import listed_scontrol  # noqa: PLC0415
     from adapters.schedulers.slurm import parse_scontrol_node  # noqa: PLC0415
 
     clean.scontrol("update", "nodename=gpu02", "state=drain", f"reason={REASON_PREFIX} x y")
     view = parse_scontrol_node(clean.show("gpu02"))
     assert view is not None and view.drained and view.reason == f"{REASON_PREFIX} x y"
+    # 22.05 prints Comment= and Extra= after Reason=: the reason stops before them.
+    clean.scontrol("update", "nodename=gpu02", "comment=see Reason=x [y] too", "extra=e1")
+    try:
+        line = clean.show("gpu02")
+        view = parse_scontrol_node(line)
+        listed = listed_scontrol(line, view or NodeView(""))
+    finally:
+        clean.scontrol("update", "nodename=gpu02", "comment=", "extra=", check=False)
+    assert view is not None and view.reason == f"{REASON_PREFIX} x y", line
+    assert listed.reason_at is not None and abs(listed.reason_at - time.time()) < 3600
 
 
 async def test_reads_through_scontrol_without_rest(clean: Cluster) -> None:

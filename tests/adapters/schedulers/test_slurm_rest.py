@@ -15,7 +15,8 @@ import pytest
 from aiohttp import ClientSession
 
 from adapters.base import DeliveryError
-from adapters.schedulers.base import NodeReadError
+from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.listing import listed_scontrol
 from adapters.schedulers.slurm import SlurmSink, parse_scontrol_node
 from adapters.schedulers.slurm_auth import JwtToken, parse_token_output, token_expiry
 from adapters.schedulers.slurm_versions import api_info, node_view
@@ -222,6 +223,45 @@ def test_scontrol_show_node_parses() -> None:
     assert view is not None
     assert view.drained and not view.down and view.reason == "rackguard: GPU 3 hot"
     assert parse_scontrol_node("Node gpu99 not found") is None
+
+
+# A 22.05 line as scontrol printed it here: Comment= and Extra= follow Reason=, and an
+# admin's comment may hold anything, "Reason=" and brackets included.
+LINE_22_05 = (
+    "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 State=IDLE+DRAIN "
+    "OS=Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC @0  ActiveFeatures=rack_a Weight=1 "
+    "Reason=maint ticket-1 [root@2026-12-05T00:12:03] "
+    "Comment=hello Reason=x [a@2026-01-01T00:00:00] world Extra=ex1"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason", "at"),
+    [
+        ("Reason=maint ticket-1 [root@2026-12-05T00:12:03]", "maint ticket-1", True),
+        (
+            "Reason=maint ticket-1 [root@2026-12-05T00:12:03] Comment=c [x] Extra=e",
+            "maint ticket-1",
+            True,
+        ),
+        ("Reason=a [b] c [slurm@2026-12-05T00:12:03] Extra={}", "a [b] c", True),
+        ("Reason=no stamp here Comment=c", "no stamp here", False),
+        ("Reason=plain", "plain", False),
+    ],
+)
+def test_the_reason_stops_at_the_next_key(tail: str, reason: str, at: bool) -> None:
+    line = f"NodeName=gpu01 State=IDLE+DRAIN {tail}"
+    view = parse_scontrol_node(line)
+    listed = listed_scontrol(line, view or NodeView(""))
+    assert view is not None and view.reason == reason
+    assert (listed.reason_at is not None) is at
+
+
+def test_a_22_05_line_with_comment_and_extra() -> None:
+    view = parse_scontrol_node(LINE_22_05)
+    listed = listed_scontrol(LINE_22_05, view or NodeView(""))
+    assert view is not None and view.drained and view.reason == "maint ticket-1"
+    assert listed.rack == "a" and listed.reason_at is not None
 
 
 def test_api_info_finds_versions_and_node_writes() -> None:
