@@ -80,9 +80,10 @@ DIR=$(cd "$DIR" && pwd -P)
 RECIPE=$(sed -n '/^# ---- image recipe/,/^# ---- end of image recipe/p' "$0" | sha256sum | cut -c1-12)
 IMAGE=$CACHE/systemd-$RECIPE
 # What is installed: the sources of both wheels, the pins, the doc, the unit.
-SOURCES=$(cd "$ROOT" && git ls-files -co --exclude-standard -- daemon adapters policies fakes \
-  rackguard-sim pyproject.toml constraints.txt docs/operations.md systemd scripts/*systemd-container* |
-  LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-12)
+SOURCES=$(cd "$ROOT" && find daemon adapters policies fakes rackguard-sim pyproject.toml \
+  constraints.txt docs/operations.md systemd scripts/*systemd-container* \
+  \( -name __pycache__ -o -name '*.egg-info' -o -name build \) -prune -o \
+  \( -type f -o -type l \) -print | LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-12)
 SETTINGS="image=$RECIPE sources=$SOURCES"
 ROOTFS=$DIR/root
 
@@ -90,7 +91,12 @@ ct_pid() {  # the container's systemd (PID 1 inside), a child of the recorded ns
   local np
   np=$(cat "$DIR/nspawn.pid" 2>/dev/null) || return 1
   [ "$(cat "/proc/$np/comm" 2>/dev/null)" = systemd-nspawn ] || return 1
-  pgrep -P "$np" -x systemd | head -1
+  local stat
+  for stat in /proc/[0-9]*/stat; do  # fields 2 and 4: (comm) and the parent's PID
+    awk -v np="$np" '$2 == "(systemd)" && $4 == np { print $1; found = 1 } END { exit !found }' \
+      "$stat" 2>/dev/null && return 0
+  done
+  return 1
 }
 inct() {  # run a command in the container, with its environment, not the host's
   nsenter -t "$CT" -a env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

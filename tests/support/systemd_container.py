@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import urllib.request
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ def run_script(script: Path, directory: Path, **env: str) -> subprocess.Complete
         text=True,
         check=False,
         timeout=900,
-        env={**os.environ, **env},
+        env={**os.environ, "SYSTEMD_CT_PYTHON": sys.executable, **env},
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stderr[-4000:]}"
