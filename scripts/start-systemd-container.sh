@@ -77,6 +77,7 @@ build_image() {  # build_image DEST: debootstrap into DEST.tmp, then rename
 
 mkdir -p "$CACHE" "$DIR"
 DIR=$(cd "$DIR" && pwd -P)
+chmod 700 "$DIR"  # the install's trace shows the test's webhook key
 RECIPE=$(sed -n '/^# ---- image recipe/,/^# ---- end of image recipe/p' "$0" | sha256sum | cut -c1-12)
 IMAGE=$CACHE/systemd-$RECIPE
 # What is installed: the sources of both wheels, the pins, the doc, the unit.

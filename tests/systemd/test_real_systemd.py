@@ -232,6 +232,10 @@ namespaces = {{ cdu = "urn:test:cdu" }}
     ready = next(i for i, line in enumerate(lines) if ": ready: " in line)
     started = next(i for i, line in enumerate(lines) if line.startswith("Started rackguard"))
     assert ready < started, lines
+    # STATUS= from the daemon: `systemctl status` says what it watches.
+    assert node.show("StatusText").startswith("gpu-node-ct (SIMULATED GPUs): "), node.show(
+        "StatusText"
+    )
 
 
 def test_real_systemd_a_config_error_keeps_it_failed_naming_the_key(
