@@ -27,8 +27,8 @@ from pathlib import Path
 import aiohttp
 
 from adapters.base import SchedulerSink
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.report import Row, median
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.outbox import DecisionStore, Status

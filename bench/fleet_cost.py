@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.delivery_latency import percentile
 from bench.report import Row
 from daemon.cluster.claims import Budgets, Claims

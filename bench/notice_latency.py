@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.delivery_latency import latency_rows, start_slurm, stop_slurm
 from bench.report import Row
 from daemon.delivery.deliverer import Deliverer

@@ -24,11 +24,11 @@ import aiohttp
 import orjson
 
 from adapters.schedulers.jobs import JobControl
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.slurm_job_list import convert, running_on
-from adapters.schedulers.slurm_jobs import SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.job_list import convert, running_on
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.delivery_latency import latency_rows
 from bench.report import Row
 from daemon.delivery.notices import JobNotices, NoticeSettings

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from adapters.base import SchedulerSink
 from adapters.schedulers.jobs import JobControl
-from adapters.schedulers.kube_pods import POD_NOTICE, KubePods
-from adapters.schedulers.kubernetes import KubeClient, KubeConnection, KubernetesSink, connection
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.slurm_jobs import SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
-from adapters.schedulers.webhook import WebhookSink
+from adapters.schedulers.kubernetes.pods import POD_NOTICE, KubePods
+from adapters.schedulers.kubernetes.sink import (
+    KubeClient,
+    KubeConnection,
+    KubernetesSink,
+    connection,
+)
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.webhook.sink import WebhookSink
 from daemon.config.scheduler import (
     KubernetesSchedulerConfig,
     SchedulerConfig,

@@ -23,7 +23,7 @@ from aiohttp import web
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.base import ReadableSink
-from adapters.schedulers.kubernetes import KubeAuthError
+from adapters.schedulers.kubernetes.sink import KubeAuthError
 from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.config import Config, read_secret
 from daemon.config.policy import policy_settings

@@ -3,7 +3,7 @@
 Opt-in ([steering] enabled). Every ``interval_s`` the policy's latest headroom
 (policies/headroom.py, NodeHeadroom) becomes a bucket (policies/steering.py,
 with hysteresis) and the bucket a value of a node setting: a Slurm Weight or a
-Kubernetes label (adapters/schedulers/steering_*.py). The rules:
+Kubernetes label (adapters/schedulers/slurm/weight.py, kubernetes/label.py). The rules:
 
 1. Only a trusted headroom acts (every GPU read and estimated); otherwise the
    setting stays as it is.
@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.base import DeliveryError
-from adapters.schedulers.kubernetes import KubernetesSink
+from adapters.schedulers.kubernetes.label import KubeNodeLabel
+from adapters.schedulers.kubernetes.sink import KubernetesSink
 from adapters.schedulers.node_setting import NodeSetting, SettingChanged
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.steering_kubernetes import KubeNodeLabel
-from adapters.schedulers.steering_slurm import SlurmWeight
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.weight import SlurmWeight
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
 from policies.headroom import NodeHeadroom

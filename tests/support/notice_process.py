@@ -13,8 +13,8 @@ import logging
 import sys
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore

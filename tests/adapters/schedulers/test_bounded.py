@@ -13,9 +13,9 @@ from aiohttp import web
 
 from adapters.base import DeliveryError, SchedulerSink, http_error
 from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge, run_command
-from adapters.schedulers.kubernetes import KubernetesSink, connection
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.webhook import WebhookSink
+from adapters.schedulers.kubernetes.sink import KubernetesSink, connection
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.webhook.sink import WebhookSink
 from policies.model import Action
 from tests.support.delivery import decision
 from tests.support.secrets import WEBHOOK_SECRET

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from adapters.schedulers.base import NodeView
-from adapters.schedulers.kubernetes import KubernetesSink, connection
-from adapters.schedulers.listing import RACK_LABEL, listed_scontrol, slurm_time
-from adapters.schedulers.slurm import SlurmSink, parse_scontrol_node
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.kubernetes.listing import RACK_LABEL
+from adapters.schedulers.kubernetes.sink import KubernetesSink, connection
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.listing import listed_scontrol, slurm_time
+from adapters.schedulers.slurm.sink import SlurmSink, parse_scontrol_node
 from daemon.cluster.scheduler_view import SchedulerView
 from fakes.kube_api import FakeKubeApi
 from fakes.slurmrestd import FakeSlurmrestd

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import yaml
 
-from adapters.schedulers.kubernetes import KubernetesSink, connection
+from adapters.schedulers.kubernetes.sink import KubernetesSink, connection
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.config.steering import SteeringConfig

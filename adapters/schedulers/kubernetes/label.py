@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from adapters.schedulers.kubernetes import JSON_PATCH, KubernetesSink, _ptr
+from adapters.schedulers.kubernetes.sink import JSON_PATCH, KubernetesSink, _ptr
 from adapters.schedulers.node_setting import SettingChanged
 
 

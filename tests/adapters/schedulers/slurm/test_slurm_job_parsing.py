@@ -6,7 +6,7 @@ import pytest
 
 from adapters.schedulers.base import NodeView
 from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.jobs import SlurmJobs
 from policies.model import Action
 
 JOB = RunningJob("7")

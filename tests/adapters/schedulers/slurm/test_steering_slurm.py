@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.steering_slurm import parse_weight
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.weight import parse_weight
 from daemon.service.steering import Steering
 from tests.support.slurm import Cluster
 from tests.support.steering import Knobs

@@ -24,8 +24,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.delivery.notices import JobNotices, NoticeSettings

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import ClientSession
 
 from adapters.base import DeliveryError
-from adapters.schedulers.kubernetes import (
+from adapters.schedulers.kubernetes.sink import (
     FOREIGN_CORDON,
     SA_DIR,
     KubeAuthError,

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.slurm_hostlist import HostlistError, hostlist_has
-from adapters.schedulers.slurm_job_list import convert, running_on
-from adapters.schedulers.slurm_jobs import NOT_HERE, SignalScope, SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
-from adapters.schedulers.slurm_versions import api_info
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.hostlist import HostlistError, hostlist_has
+from adapters.schedulers.slurm.job_list import convert, running_on
+from adapters.schedulers.slurm.jobs import NOT_HERE, SignalScope, SlurmJobs
+from adapters.schedulers.slurm.rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.versions import api_info
 from daemon.config.scheduler import SlurmSchedulerConfig
 from daemon.delivery.notices import JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status

@@ -36,10 +36,11 @@ from adapters.schedulers.base import (
 )
 from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge, run_command
-from adapters.schedulers.listing import ListedNode, listed_scontrol, listed_slurm
-from adapters.schedulers.slurm_auth import JwtToken, TokenError
-from adapters.schedulers.slurm_reason import split_reason
-from adapters.schedulers.slurm_versions import (
+from adapters.schedulers.listing import ListedNode
+from adapters.schedulers.slurm.auth import JwtToken, TokenError
+from adapters.schedulers.slurm.listing import listed_scontrol, listed_slurm
+from adapters.schedulers.slurm.reason import split_reason
+from adapters.schedulers.slurm.versions import (
     PERMANENT_ERRORS,
     ApiInfo,
     api_info,

@@ -2,7 +2,7 @@
 
 - drain: ``spec.unschedulable = true`` and the taint ``<taint_key>=drain:NoSchedule``;
   the pods keep running. Their notice (an annotation and an Event per pod) and
-  their eviction after the grace are the job notice's (kube_pods.py).
+  their eviction after the grace are the job notice's (pods.py).
 - exclude: the taint ``<taint_key>=exclude:NoSchedule`` (``exclude_state =
   "drain"``, the default: the pods are told and evicted after the critical grace)
   or ``NoExecute`` (``"down"``: the taint manager evicts at once, no grace).
@@ -35,7 +35,8 @@ import orjson
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState, NodeReadError, NodeView
 from adapters.schedulers.bounded import read_error_body
-from adapters.schedulers.listing import ListedNode, listed_kube
+from adapters.schedulers.kubernetes.listing import listed_kube
+from adapters.schedulers.listing import ListedNode
 from policies.model import Action, Decision
 from policies.safety import scheduler_reason
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.steering_slurm import rest_weight
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.weight import rest_weight
 from daemon.service.steering import Steering
 from fakes.slurmrestd import FakeSlurmrestd
 from tests.support.secrets import write_secret

@@ -25,8 +25,8 @@ from typing import Any
 
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.node_setting import SettingChanged
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_versions import slurm_errors
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.versions import slurm_errors
 
 _WEIGHT = re.compile(r"(?:^|\s)Weight=(\d+)(?:\s|$)")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from adapters.schedulers.base import NodeView
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.sink import SlurmSink
 from daemon.delivery.outbox import Status
 from daemon.delivery.reconcile import Finding, Reconciler
 from policies.model import REASON_PREFIX, Action
@@ -127,8 +127,8 @@ async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_
 
 
 def test_scontrol_output_parses_like_rest(clean: Cluster) -> None:
-    from adapters.schedulers.listing import listed_scontrol  # noqa: PLC0415
-    from adapters.schedulers.slurm import parse_scontrol_node  # noqa: PLC0415
+    from adapters.schedulers.slurm.listing import listed_scontrol  # noqa: PLC0415
+    from adapters.schedulers.slurm.sink import parse_scontrol_node  # noqa: PLC0415
 
     clean.scontrol("update", "nodename=gpu02", "state=drain", f"reason={REASON_PREFIX} x y")
     view = parse_scontrol_node(clean.show("gpu02"))

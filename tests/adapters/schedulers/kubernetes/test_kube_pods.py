@@ -27,7 +27,7 @@ import yaml
 
 from adapters.schedulers.decision_json import rfc3339
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.kube_pods import (
+from adapters.schedulers.kubernetes.pods import (
     CHECKPOINT_ANNOTATION,
     EVENT_REASON,
     LIST_RESTARTS,
@@ -37,7 +37,7 @@ from adapters.schedulers.kube_pods import (
     WITHDRAWN_REASON,
     KubePods,
 )
-from adapters.schedulers.kubernetes import KubeClient, KubernetesSink, connection
+from adapters.schedulers.kubernetes.sink import KubeClient, KubernetesSink, connection
 from daemon.delivery.deliverer import REFUSED_SLOWDOWN, wait_or_wake
 from daemon.delivery.notices import JobNotices, Notice, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status

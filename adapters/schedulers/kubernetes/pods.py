@@ -50,7 +50,7 @@ from urllib.parse import quote
 from adapters.base import DeliveryError
 from adapters.schedulers.decision_json import rfc3339
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.kubernetes import KubeClient, api_message
+from adapters.schedulers.kubernetes.sink import KubeClient, api_message
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 - List: ``squeue --json`` (22.05 ignores every filter with --json and prints
   all jobs; later versions may filter: the list is filtered here either way),
-  read through one typed model (slurm_job_list.py): a job name or user text is
+  read through one typed model (job_list.py): a job name or user text is
   a JSON string, never a field separator. A list that is cut (past
   JOB_LIST_LIMIT), late or malformed is an error: nothing is concluded from it.
 - Confirm: before a signal or a requeue, ``squeue -h -j ID -w NODE -t RUNNING
@@ -26,7 +26,7 @@ from typing import Literal
 
 from adapters.schedulers.command import OutputTooLarge, run_command
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.slurm_job_list import JobListError, decode_json, running_on
+from adapters.schedulers.slurm.job_list import JobListError, decode_json, running_on
 
 SignalScope = Literal["full", "batch", "steps"]
 _SCOPE_FLAG = {"full": ("--full",), "batch": ("--batch",), "steps": ()}

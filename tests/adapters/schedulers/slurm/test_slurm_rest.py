@@ -16,10 +16,10 @@ from aiohttp import ClientSession
 
 from adapters.base import DeliveryError
 from adapters.schedulers.base import NodeReadError, NodeView
-from adapters.schedulers.listing import listed_scontrol
-from adapters.schedulers.slurm import SlurmSink, parse_scontrol_node
-from adapters.schedulers.slurm_auth import JwtToken, parse_token_output, token_expiry
-from adapters.schedulers.slurm_versions import api_info, node_view
+from adapters.schedulers.slurm.auth import JwtToken, parse_token_output, token_expiry
+from adapters.schedulers.slurm.listing import listed_scontrol
+from adapters.schedulers.slurm.sink import SlurmSink, parse_scontrol_node
+from adapters.schedulers.slurm.versions import api_info, node_view
 from daemon.config import ConfigError, parse_config
 from daemon.config.scheduler import SlurmSchedulerConfig
 from fakes.slurmrestd import FakeSlurmrestd, expand_hostlist

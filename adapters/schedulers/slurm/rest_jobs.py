@@ -5,7 +5,7 @@ to v0.0.41 have the same ones):
 
 - List: ``GET /slurm/<v>/jobs/``. It takes no node filter (only ``update_time``
   and ``flags``), so the list is filtered here, through the typed model of
-  slurm_job_list.py: ``job_state`` holds ``RUNNING`` and the hostlist in
+  job_list.py: ``job_state`` holds ``RUNNING`` and the hostlist in
   ``nodes`` names the node. A list that cannot be read whole is an error.
 - Confirm: before a signal or a requeue, ``GET /slurm/<v>/job/{job_id}`` must
   show the job RUNNING on this node.
@@ -39,10 +39,10 @@ from typing import Any
 
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_job_list import JobListError, convert, running_job, running_on
-from adapters.schedulers.slurm_jobs import NOT_HERE, SignalScope, SlurmJobs
-from adapters.schedulers.slurm_versions import slurm_errors
+from adapters.schedulers.slurm.job_list import JobListError, convert, running_job, running_on
+from adapters.schedulers.slurm.jobs import NOT_HERE, SignalScope, SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.versions import slurm_errors
 
 log = logging.getLogger(__name__)
 
