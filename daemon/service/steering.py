@@ -36,11 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.base import DeliveryError
-from adapters.schedulers.kubernetes.label import KubeNodeLabel
-from adapters.schedulers.kubernetes.sink import KubernetesSink
+from adapters.schedulers.backend import Backend
 from adapters.schedulers.node_setting import NodeSetting, SettingChanged
-from adapters.schedulers.slurm.sink import SlurmSink
-from adapters.schedulers.slurm.weight import SlurmWeight
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
 from policies.headroom import NodeHeadroom
@@ -377,11 +374,10 @@ def _too_soon(row: SteeringRow, now: float, cfg: SteeringConfig) -> bool:
 
 
 def build_setting(
-    sink: object, cfg: SteeringConfig
+    backend: Backend | None, cfg: SteeringConfig
 ) -> tuple[NodeSetting, Callable[[SteeringConfig, int], str]] | None:
-    """The setting steering writes for this sink, and a bucket's value; None: none to steer."""
-    if isinstance(sink, SlurmSink):
-        return SlurmWeight(sink), lambda c, bucket: str(c.weights[bucket])
-    if isinstance(sink, KubernetesSink):
-        return KubeNodeLabel(sink, cfg.label_key), lambda c, bucket: str(bucket)
-    return None
+    """The setting steering writes for this backend, and a bucket's value; None: none to steer."""
+    setting = backend.node_setting(cfg.label_key) if backend is not None else None
+    if setting is None:
+        return None
+    return setting, lambda c, bucket: setting.value(bucket, c.weights)

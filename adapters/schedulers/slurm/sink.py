@@ -5,9 +5,7 @@
 - Writes: ``POST /slurm/<v>/node/{name}`` with ``{"state": ["DRAIN"], "reason": ...}``
   where the server offers it (Slurm >= 23.02, v0.0.39 on); otherwise
   ``scontrol update nodename=N state=drain reason=...`` (``write_via``).
-- Auth: ``X-SLURM-USER-NAME`` + ``X-SLURM-USER-TOKEN`` (or ``Authorization:
-  Bearer``), the JWT from a file, refreshed before it expires; a 401 or 511
-  refreshes it once and repeats the request.
+- Transport, auth and API version: the backend's SlurmClient (client.py).
 
 Slurm's error numbers become clear errors; those retrying cannot fix (2010 not
 an admin, 2018 unknown node, 2028 invalid state) are permanent. The sink does
@@ -18,14 +16,8 @@ leaves nodes held by someone else alone.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlencode
-
-import aiohttp
-import orjson
+from collections.abc import Sequence
+from typing import Any
 
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.base import (
@@ -34,19 +26,11 @@ from adapters.schedulers.base import (
     NodeReadError,
     NodeView,
 )
-from adapters.schedulers.bounded import read_error_body
-from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge, run_command
 from adapters.schedulers.listing import ListedNode
-from adapters.schedulers.slurm.auth import JwtToken, TokenError
+from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.slurm.listing import listed_scontrol, listed_slurm
 from adapters.schedulers.slurm.reason import split_reason
-from adapters.schedulers.slurm.versions import (
-    PERMANENT_ERRORS,
-    ApiInfo,
-    api_info,
-    node_view,
-    slurm_errors,
-)
+from adapters.schedulers.slurm.versions import PERMANENT_ERRORS, node_view, slurm_errors
 from policies.model import Action, Decision
 from policies.safety import scheduler_reason
 
@@ -55,198 +39,43 @@ log = logging.getLogger(__name__)
 # Metric labels of the refusals an operator fixes (others are "refused").
 _ERROR_REASON = {2010: "auth", 2018: "not_found"}
 SLURM_STATE = {Action.DRAIN: "DRAIN", Action.EXCLUDE: "DOWN", Action.RESUME: "RESUME"}
-_AUTH_REJECTED = {401, 511}
 # ``scontrol -o show nodes`` is ~570 bytes a node: 10,000 nodes are 5.7 MB. A list
 # past this is refused whole, never read cut.
 NODE_LIST_LIMIT = 64 * 1024 * 1024
-_SPEC_PATHS = ("/openapi/v3", "/openapi.json", "/openapi")
-
-WriteVia = Literal["auto", "rest", "scontrol"]
-AuthScheme = Literal["x-slurm", "bearer"]
 
 
 class SlurmSink:
-    """Delivers decisions to Slurm and reads nodes back."""
+    """Delivers decisions to Slurm and reads nodes back, through the backend's client."""
 
     def __init__(
-        self,
-        rest_url: str | None,
-        *,
-        token: JwtToken | None = None,
-        user: str = "root",
-        auth: AuthScheme = "x-slurm",
-        api_version: str | None = None,
-        write_via: WriteVia = "auto",
-        scontrol: Sequence[str] = ("scontrol",),
-        slurm_conf: Path | None = None,
-        timeout_s: float = 10.0,
-        exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT,
+        self, client: SlurmClient, *, exclude_state: ExcludeState = EXCLUDE_STATE_DEFAULT
     ) -> None:
-        if rest_url is None and write_via == "rest":
-            raise ValueError("write_via = 'rest' needs a REST URL")
         self.name = "slurm"
-        self._url = rest_url.rstrip("/") if rest_url else None
-        self._token = token
-        self._user = user
-        self._auth = auth
-        self._wanted_version = api_version
-        self._write_via = write_via
-        self._scontrol = tuple(scontrol)
-        self._env = dict(os.environ)
-        if slurm_conf is not None:
-            self._env["SLURM_CONF"] = str(slurm_conf)
-        self._timeout_s = timeout_s
+        self.client = client
         # "drain": an exclusion drains (running jobs are told and requeued by the
         # job notices); "down": Slurm kills the node's running jobs at once.
         self.exclude_down = exclude_state == "down"
         self._states = dict(SLURM_STATE)
         if not self.exclude_down:
             self._states[Action.EXCLUDE] = "DRAIN"
-        self._session: aiohttp.ClientSession | None = None
-        self._version: str | None = None
-        self._rest_writes = False
-        self.info: ApiInfo | None = None
-
-    # ------------------------------------------------------------------ HTTP
-
-    async def _headers(self) -> dict[str, str]:
-        if self._token is None:
-            return {}
-        token = await self._token.get()
-        if self._auth == "bearer":
-            return {"Authorization": f"Bearer {token}"}
-        return {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": token}
-
-    def _rejected_token(self, headers: Mapping[str, str]) -> str:
-        if "Authorization" in headers:
-            return headers["Authorization"].removeprefix("Bearer ")
-        return headers.get("X-SLURM-USER-TOKEN", "")
-
-    async def _request(
-        self, method: str, path: str, body: Mapping[str, Any] | None = None
-    ) -> tuple[int, Any]:
-        """One request, repeated once with a fresh token after a 401 / 511.
-
-        Returns (status, parsed JSON or text). Raises DeliveryError (transient)
-        when the server cannot be reached or no token can be had.
-        """
-        assert self._url is not None
-        if self._session is None or self._session.closed:
-            timeout = aiohttp.ClientTimeout(total=self._timeout_s)
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        url = self._url + path
-        data = orjson.dumps(body) if body is not None else None
-        try:
-            for attempt in (1, 2):
-                headers = await self._headers()
-                if data is not None:
-                    headers["Content-Type"] = "application/json"
-                async with self._session.request(method, url, data=data, headers=headers) as resp:
-                    status = resp.status
-                    raw = await resp.read() if status < 300 else await read_error_body(resp)
-                if attempt == 1 and self._token is not None and _token_rejected(status, raw):
-                    log.info("slurm: token rejected (HTTP %d); refreshing", status)
-                    await self._token.refresh(self._rejected_token(headers))
-                    continue
-                break
-        except TokenError as err:
-            raise DeliveryError(f"slurm: {err}") from err
-        except (aiohttp.ClientError, TimeoutError) as err:
-            raise DeliveryError(f"slurmrestd {url}: {type(err).__name__}: {err}") from err
-        if status in _AUTH_REJECTED:
-            raise DeliveryError(
-                f"slurmrestd {url}: HTTP {status}: the token was refused even after a refresh "
-                f"(user {self._user!r}; is AuthAltTypes=auth/jwt set and the key the same?)",
-                permanent=True,
-                reason="auth",
-            )
-        try:
-            return status, orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return status, raw.decode(errors="replace").strip()
-
-    async def _ensure_api(self) -> str:
-        """Detect the API version and whether REST can write nodes (once)."""
-        if self._version is not None:
-            return self._version
-        spec: Any = None
-        last = ""
-        for path in _SPEC_PATHS:
-            status, body = await self._request("GET", path)
-            if status == 200 and isinstance(body, dict):
-                spec = body
-                break
-            last = f"GET {path}: HTTP {status}"
-            if status != 404:
-                break  # only a missing path is worth trying the next spelling for
-        if spec is None:
-            raise DeliveryError(f"slurmrestd: no OpenAPI document ({last})")
-        info = api_info(spec)
-        try:
-            version = info.pick(self._wanted_version)
-        except ValueError as err:
-            raise DeliveryError(f"slurmrestd: {err}", permanent=True) from err
-        self._rest_writes = info.can_write(version) and self._write_via != "scontrol"
-        self.info = info
-        self._version = version
-        log.info(
-            "slurm: slurmrestd API %s; node writes through %s",
-            version,
-            "REST" if self._rest_writes else "scontrol",
-        )
-        return version
-
-    async def job_api(self) -> str | None:
-        """The API version to list and signal running jobs through; None: use the commands.
-
-        None without a REST URL or where the server cannot (Slurm < 23.02).
-        Raises DeliveryError while slurmrestd cannot be asked.
-        """
-        if self._url is None:
-            return None
-        version = await self._ensure_api()
-        return version if self.info is not None and self.info.can_signal(version) else None
-
-    def can_bulk_signal(self, version: str) -> bool:
-        """The server lists ``DELETE /slurm/<version>/jobs/`` (signal jobs named in a body)."""
-        return self.info is not None and version in self.info.bulk_signal
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None = None,
-        body: Mapping[str, Any] | None = None,
-    ) -> tuple[int, Any]:
-        """One REST request on this sink's session and token (for the job notices).
-
-        A bare 404 (no Slurm error) may be an API version dropped by an upgrade:
-        the version is detected again on the next request, as for node reads.
-        """
-        if params:
-            path = f"{path}?{urlencode(params)}"
-        status, answer = await self._request(method, path, body)
-        if status == 404 and not (isinstance(answer, dict) and slurm_errors(answer)):
-            self._version = None
-        return status, answer
 
     # ------------------------------------------------------------------ reads
 
     async def read_state(self, nodes: Sequence[str]) -> dict[str, NodeView]:
         """Each node's state and reason; an unknown node has exists=False."""
         try:
-            if self._url is None:
+            if self.client.url is None:
                 return await self._read_scontrol(nodes)
             return await self._read_rest(nodes)
         except DeliveryError as err:
             raise NodeReadError(str(err), permanent=err.permanent) from err
 
     async def _read_rest(self, nodes: Sequence[str]) -> dict[str, NodeView]:
-        version = await self._ensure_api()
+        version = await self.client.ensure_api()
         if len(nodes) == 1:
-            status, body = await self._request("GET", f"/slurm/{version}/node/{nodes[0]}")
+            status, body = await self.client.request("GET", f"/slurm/{version}/node/{nodes[0]}")
         else:
-            status, body = await self._request("GET", f"/slurm/{version}/nodes")
+            status, body = await self.client.request("GET", f"/slurm/{version}/nodes")
         if not isinstance(body, dict):
             raise DeliveryError(f"slurmrestd GET nodes: HTTP {status}: {str(body)[:200]}")
         errors = slurm_errors(body)
@@ -255,7 +84,7 @@ class SlurmSink:
         # after an upgrade: detect the version again and retry, never give up.
         unknown = any(num == 2018 for num, _ in errors)
         if status == 404 and not unknown:
-            self._version = None
+            self.client.forget_version()
             raise DeliveryError(
                 f"slurmrestd GET nodes: HTTP 404 without Slurm error 2018: "
                 f"{_error_text(errors, body)}; detecting the API version again"
@@ -268,8 +97,8 @@ class SlurmSink:
     async def list_nodes(self) -> list[ListedNode]:
         """Every node in one read (``GET /nodes`` or ``scontrol -o show nodes``)."""
         try:
-            if self._url is None:
-                rc, stdout, stderr = await self._scontrol_run(
+            if self.client.url is None:
+                rc, stdout, stderr = await self.client.scontrol(
                     "-o", "show", "nodes", limit=NODE_LIST_LIMIT
                 )
                 if rc != 0:
@@ -278,8 +107,8 @@ class SlurmSink:
                 return [
                     listed_scontrol(ln, parse_scontrol_node(ln) or NodeView("")) for ln in lines
                 ]
-            version = await self._ensure_api()
-            status, body = await self._request("GET", f"/slurm/{version}/nodes")
+            version = await self.client.ensure_api()
+            status, body = await self.client.request("GET", f"/slurm/{version}/nodes")
             if status != 200 or not isinstance(body, dict):
                 raise DeliveryError(f"slurmrestd GET nodes: HTTP {status}: {str(body)[:200]}")
             raw = [n for n in body.get("nodes") or [] if isinstance(n, dict)]
@@ -290,7 +119,7 @@ class SlurmSink:
     async def _read_scontrol(self, nodes: Sequence[str]) -> dict[str, NodeView]:
         out: dict[str, NodeView] = {}
         for node in nodes:
-            rc, stdout, stderr = await self._scontrol_run("-o", "show", "node", node)
+            rc, stdout, stderr = await self.client.scontrol("-o", "show", "node", node)
             if rc != 0:
                 said = f"{stdout} {stderr}".lower()  # "Node gpu99 not found" is on stdout
                 if "not found" in said or "invalid node name" in said:
@@ -304,26 +133,27 @@ class SlurmSink:
 
     async def deliver(self, decision: Decision) -> None:
         """Ask Slurm for the decision's state; return once Slurm accepted it."""
-        if self._url is not None:
-            version = await self._ensure_api()
-            if self._write_via == "rest" and not self._rest_writes:
+        version = ""
+        if self.client.url is not None:
+            version = await self.client.ensure_api()
+            if self.client.write_via == "rest" and not self.client.rest_writes:
                 raise DeliveryError(
                     f"slurmrestd {version} cannot update nodes (Slurm < 23.02); "
                     "set write_via = 'scontrol'",
                     permanent=True,
                 )
-        if self._rest_writes:
-            await self._write_rest(decision)
+        if self.client.rest_writes:
+            await self._write_rest(decision, version)
         else:
             await self._write_scontrol(decision)
 
-    async def _write_rest(self, decision: Decision) -> None:
+    async def _write_rest(self, decision: Decision, version: str) -> None:
         state = self._states[decision.action]
         body: dict[str, Any] = {"state": [state]}
         if decision.action is not Action.RESUME:
             body["reason"] = scheduler_reason(decision)
-        path = f"/slurm/{self._version}/node/{decision.node}"
-        status, resp = await self._request("POST", path, body)
+        path = f"/slurm/{version}/node/{decision.node}"
+        status, resp = await self.client.request("POST", path, body)
         errors = slurm_errors(resp) if isinstance(resp, dict) else []
         if status == 200 and not errors:
             return
@@ -337,7 +167,7 @@ class SlurmSink:
             )
         if status == 405:
             raise DeliveryError(
-                f"slurmrestd at {self._version} cannot update nodes (HTTP 405); "
+                f"slurmrestd at {version} cannot update nodes (HTTP 405); "
                 "set write_via = 'scontrol'",
                 permanent=True,
             )
@@ -349,7 +179,7 @@ class SlurmSink:
         args = ["update", f"nodename={decision.node}", f"state={state.lower()}"]
         if decision.action is not Action.RESUME:
             args.append(f"reason={scheduler_reason(decision)}")
-        rc, _, stderr = await self._scontrol_run(*args)
+        rc, _, stderr = await self.client.scontrol(*args)
         if rc == 0:
             return
         low = stderr.lower()
@@ -374,23 +204,9 @@ class SlurmSink:
             reason=_ERROR_REASON.get(num, "refused"),
         )
 
-    async def _scontrol_run(self, *args: str, limit: int = OUTPUT_LIMIT) -> tuple[int, str, str]:
-        try:
-            return await run_command(
-                [*self._scontrol, *args], self._timeout_s, self._env, limit=limit
-            )
-        except OSError as err:
-            raise DeliveryError(f"cannot run {self._scontrol[0]!r}: {err}", permanent=True) from err
-        except TimeoutError as err:
-            raise DeliveryError(f"scontrol {' '.join(args[:2])} timed out") from err
-        except OutputTooLarge as err:
-            raise DeliveryError(f"scontrol {' '.join(args[:2])}: {err}") from err
-
     async def close(self) -> None:
-        """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the client's HTTP session."""
+        await self.client.close()
 
 
 def _error_text(errors: list[tuple[int, str]], body: Any) -> str:
@@ -398,21 +214,6 @@ def _error_text(errors: list[tuple[int, str]], body: Any) -> str:
     if errors and all(n == -1 for n, _ in errors):
         text += " (Slurm 22.05 answers a refused JWT this way: check the token and its user)"
     return text
-
-
-def _token_rejected(status: int, raw: bytes) -> bool:
-    """401 / 511 (23.02 on), or 22.05's way: slurmrestd passes the token through and
-    slurmctld's refusal comes back as HTTP 500 with only error -1 "Unspecified error"."""
-    if status in _AUTH_REJECTED:
-        return True
-    if status != 500:
-        return False
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return False
-    errors = slurm_errors(body) if isinstance(body, dict) else []
-    return bool(errors) and all(num == -1 for num, _ in errors)
 
 
 def parse_scontrol_node(text: str) -> NodeView | None:
