@@ -6,7 +6,8 @@ import pytest
 
 from adapters.schedulers.base import NodeView
 from adapters.schedulers.jobs import JobControlError, Outcome, RunningJob
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.jobs import SlurmJobs
 from policies.model import Action
 
 JOB = RunningJob("7")
@@ -43,7 +44,7 @@ def test_an_unknown_failure_is_retried_not_guessed() -> None:
 
 
 async def test_a_missing_command_is_an_error_to_retry() -> None:
-    jobs = SlurmJobs(squeue=("/nonexistent/squeue",))
+    jobs = SlurmJobs(SlurmClient(None), squeue=("/nonexistent/squeue",))
     with pytest.raises(JobControlError, match="cannot run '/nonexistent/squeue'"):
         await jobs.running("gpu01")
 

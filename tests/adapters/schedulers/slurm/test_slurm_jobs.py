@@ -24,8 +24,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.delivery.notices import JobNotices, NoticeSettings
@@ -113,10 +114,14 @@ class Rig:
     """Store, deliverer and job notices on one database, wired as the daemon wires them."""
 
     def __init__(self, path: Path, cluster: Cluster, settings: NoticeSettings) -> None:
-        self.sink = SlurmSink(None, slurm_conf=cluster.conf, exclude_state="drain", timeout_s=20)
+        self.sink = SlurmSink(
+            SlurmClient(None, slurm_conf=cluster.conf, timeout_s=20), exclude_state="drain"
+        )
         self.box = StoreAndDeliverer(path, self.sink, retry_initial_s=0.05, retry_max_s=0.5)
         self.notices = JobNotices(
-            self.box.store, SlurmJobs(slurm_conf=cluster.conf, timeout_s=20), settings
+            self.box.store,
+            SlurmJobs(self.sink.client),
+            settings,
         )
         self.box.on_settled = self.notices.settled
 

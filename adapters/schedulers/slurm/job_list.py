@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from adapters.schedulers.jobs import RunningJob
-from adapters.schedulers.slurm_hostlist import HostlistError, hostlist_has
+from adapters.schedulers.slurm.hostlist import HostlistError, hostlist_has
 
 SHOWN_LIMIT = 200  # characters of a user-written field kept for logs and the API
 

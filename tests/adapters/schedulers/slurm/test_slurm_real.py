@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from adapters.schedulers.base import NodeView
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
 from daemon.delivery.outbox import Status
 from daemon.delivery.reconcile import Finding, Reconciler
 from policies.model import REASON_PREFIX, Action
@@ -33,10 +34,9 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture
 async def sink(clean: Cluster) -> AsyncIterator[SlurmSink]:
     s = SlurmSink(
-        clean.rest_url,
-        token=JwtToken(clean.token_file),
-        slurm_conf=clean.conf,
-        timeout_s=20.0,
+        SlurmClient(
+            clean.rest_url, token=JwtToken(clean.token_file), slurm_conf=clean.conf, timeout_s=20.0
+        ),
         exclude_state="down",
     )
     yield s
@@ -55,9 +55,9 @@ async def test_rest_reads_nodes_and_writes_fall_back_to_scontrol(sink: SlurmSink
     assert [views[n].exists for n in NODES] == [True] * 4
     assert not any(views[n].held for n in NODES)
     assert views["gpu99"].exists is False
-    assert sink.info is not None
+    assert sink.client.info is not None
     # 22.05 serves v0.0.36-38 and no node POST: writes must go through scontrol.
-    assert sink.info.versions[-1] == "v0.0.38" and sink.info.node_write == ()
+    assert sink.client.info.versions[-1] == "v0.0.38" and sink.client.info.node_write == ()
     one = await sink.read_state(["gpu01"])
     assert one["gpu01"].detail.startswith("IDLE")
 
@@ -118,7 +118,9 @@ async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_
     write_secret(stale, "not-a-valid-token\n")
     command = ["env", f"SLURM_CONF={clean.conf}", "scontrol", "token", "lifespan=600"]
     token = JwtToken(stale, refresh_command=command)
-    sink = SlurmSink(clean.rest_url, token=token, slurm_conf=clean.conf, timeout_s=20.0)
+    sink = SlurmSink(
+        SlurmClient(clean.rest_url, token=token, slurm_conf=clean.conf, timeout_s=20.0)
+    )
     try:
         views = await sink.read_state(["gpu01"])
     finally:
@@ -127,8 +129,8 @@ async def test_a_rejected_token_is_refreshed_by_the_command(clean: Cluster, tmp_
 
 
 def test_scontrol_output_parses_like_rest(clean: Cluster) -> None:
-    from adapters.schedulers.listing import listed_scontrol  # noqa: PLC0415
-    from adapters.schedulers.slurm import parse_scontrol_node  # noqa: PLC0415
+    from adapters.schedulers.slurm.listing import listed_scontrol  # noqa: PLC0415
+    from adapters.schedulers.slurm.sink import parse_scontrol_node  # noqa: PLC0415
 
     clean.scontrol("update", "nodename=gpu02", "state=drain", f"reason={REASON_PREFIX} x y")
     view = parse_scontrol_node(clean.show("gpu02"))
@@ -146,7 +148,7 @@ def test_scontrol_output_parses_like_rest(clean: Cluster) -> None:
 
 
 async def test_reads_through_scontrol_without_rest(clean: Cluster) -> None:
-    sink = SlurmSink(None, slurm_conf=clean.conf, timeout_s=20.0)
+    sink = SlurmSink(SlurmClient(None, slurm_conf=clean.conf, timeout_s=20.0))
 
     async def down_and_read() -> dict[str, NodeView]:
         # ReturnToService=2 lets a slurmd that re-registers (one a previous test's

@@ -1,4 +1,4 @@
-"""A Slurm node's ``Weight`` (lower is preferred by the scheduler), the way the sink talks.
+"""A Slurm node's ``Weight`` (lower is preferred by the scheduler), through the Slurm client.
 
 - read: ``GET /slurm/<v>/node/{name}`` (``"weight": 1``, or a uint32_no_val
   ``{"set", "infinite", "number"}``) where a REST URL is set; else
@@ -8,8 +8,8 @@
   on) where the sink writes through REST (Slurm >= 23.02); else ``scontrol
   update NodeName=N Weight=W``.
 
-Through the Slurm sink's own transport (its session, token, API version,
-scontrol, SLURM_CONF and timeout). Slurm has no compare-and-set for a node
+Through the backend's one Slurm client (the sink's session, token, API
+version, scontrol, SLURM_CONF and timeout). Slurm has no compare-and-set for a node
 update: the weight is read just before it is written, and a value that differs
 from the expected one is left alone.
 
@@ -21,12 +21,13 @@ original), which steering recognises as its own starting point and rewrites.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.node_setting import SettingChanged
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_versions import slurm_errors
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.versions import slurm_errors
 
 _WEIGHT = re.compile(r"(?:^|\s)Weight=(\d+)(?:\s|$)")
 
@@ -50,20 +51,22 @@ def rest_weight(raw: Any) -> str | None:
 
 
 class SlurmWeight:
-    """The node's Weight; every call goes through the sink's scontrol."""
+    """The node's Weight, read and written through the Slurm client."""
 
     target = "slurm weight"
 
-    def __init__(self, sink: SlurmSink) -> None:
-        self._sink = sink
+    def __init__(self, client: SlurmClient) -> None:
+        self._client = client
+
+    def value(self, bucket: int, weights: Sequence[int]) -> str:
+        """The bucket's configured weight."""
+        return str(weights[bucket])
 
     async def read(self, node: str) -> str | None:
         """The weight now (``"1"``); DeliveryError when Slurm cannot be read or says nothing."""
-        if self._sink._url is not None:
+        if self._client.rest:
             return await self._read_rest(node)
-        # The sink's runner: its scontrol, SLURM_CONF and timeout (private to
-        # adapters/schedulers; the steering adapters are its neighbours).
-        rc, out, err = await self._sink._scontrol_run("-o", "show", "node", node)
+        rc, out, err = await self._client.scontrol("-o", "show", "node", node)
         if rc != 0:
             raise DeliveryError(f"{node}: scontrol show node: rc={rc}: {err or out}")
         weight = parse_weight(out)
@@ -78,14 +81,12 @@ class SlurmWeight:
         now = await self.read(node)
         if now != expected:
             raise SettingChanged(f"{node}: Weight is {now}, not {expected}")
-        if self._sink._url is not None:
-            version = await self._sink._ensure_api()
-            if self._sink._rest_writes:
+        if self._client.rest:
+            version = await self._client.ensure_api()
+            if self._client.rest_writes:
                 await self._write_rest(node, version, int(value))
                 return
-        rc, out, err = await self._sink._scontrol_run(
-            "update", f"NodeName={node}", f"Weight={value}"
-        )
+        rc, out, err = await self._client.scontrol("update", f"NodeName={node}", f"Weight={value}")
         if rc != 0:
             raise DeliveryError(
                 f"{node}: scontrol update Weight={value}: rc={rc}: {err or out}",
@@ -93,8 +94,8 @@ class SlurmWeight:
             )
 
     async def _read_rest(self, node: str) -> str:
-        version = await self._sink._ensure_api()
-        status, body = await self._sink._request("GET", f"/slurm/{version}/node/{node}")
+        version = await self._client.ensure_api()
+        status, body = await self._client.request("GET", f"/slurm/{version}/node/{node}")
         nodes = body.get("nodes") if isinstance(body, dict) else None
         if status != 200 or not nodes or not isinstance(nodes[0], dict):
             raise http_error(
@@ -109,7 +110,7 @@ class SlurmWeight:
 
     async def _write_rest(self, node: str, version: str, weight: int) -> None:
         body = {"weight": {"set": True, "infinite": False, "number": weight}}
-        status, resp = await self._sink._request("POST", f"/slurm/{version}/node/{node}", body)
+        status, resp = await self._client.request("POST", f"/slurm/{version}/node/{node}", body)
         errors = slurm_errors(resp) if isinstance(resp, dict) else []
         if status == 200 and not errors:
             return

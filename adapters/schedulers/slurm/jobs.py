@@ -2,7 +2,7 @@
 
 - List: ``squeue --json`` (22.05 ignores every filter with --json and prints
   all jobs; later versions may filter: the list is filtered here either way),
-  read through one typed model (slurm_job_list.py): a job name or user text is
+  read through one typed model (job_list.py): a job name or user text is
   a JSON string, never a field separator. A list that is cut (past
   JOB_LIST_LIMIT), late or malformed is an error: nothing is concluded from it.
 - Confirm: before a signal or a requeue, ``squeue -h -j ID -w NODE -t RUNNING
@@ -19,14 +19,13 @@ Every command has a timeout; a failure to run one is JobControlError (retry).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal
 
-from adapters.schedulers.command import OutputTooLarge, run_command
+from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.slurm_job_list import JobListError, decode_json, running_on
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.job_list import JobListError, decode_json, running_on
 
 SignalScope = Literal["full", "batch", "steps"]
 _SCOPE_FLAG = {"full": ("--full",), "batch": ("--batch",), "steps": ()}
@@ -42,33 +41,26 @@ class SlurmJobs:
 
     def __init__(
         self,
+        client: SlurmClient,
         *,
         squeue: Sequence[str] = ("squeue",),
         scancel: Sequence[str] = ("scancel",),
-        scontrol: Sequence[str] = ("scontrol",),
         scope: SignalScope = "full",
-        slurm_conf: Path | None = None,
-        timeout_s: float = 10.0,
     ) -> None:
         self.name = "slurm"
+        self._client = client  # its scontrol, SLURM_CONF and timeout
         self._squeue = tuple(squeue)
         self._scancel = tuple(scancel)
-        self._scontrol = tuple(scontrol)
         self._scope = scope
-        self._env = dict(os.environ)
-        if slurm_conf is not None:
-            self._env["SLURM_CONF"] = str(slurm_conf)
-        self._timeout_s = timeout_s
 
-    async def _run(self, argv: Sequence[str], limit: int | None = None) -> tuple[int, str, str]:
+    async def _run(self, argv: Sequence[str], limit: int = OUTPUT_LIMIT) -> tuple[int, str, str]:
         try:
-            if limit is None:
-                return await run_command(argv, self._timeout_s, self._env)
-            return await run_command(argv, self._timeout_s, self._env, limit=limit)
+            return await self._client.run(argv, limit)
         except OSError as err:
             raise JobControlError(f"cannot run {argv[0]!r}: {err}") from err
         except TimeoutError as err:
-            raise JobControlError(f"{argv[0]} timed out after {self._timeout_s:.0f}s") from err
+            timeout = self._client.timeout_s
+            raise JobControlError(f"{argv[0]} timed out after {timeout:.0f}s") from err
         except OutputTooLarge as err:
             raise JobControlError(f"the job list is not whole: {err}", reason="incomplete") from err
 
@@ -117,7 +109,7 @@ class SlurmJobs:
     async def send_requeue(self, job: RunningJob) -> tuple[Outcome, str]:
         """``scontrol requeue`` for a job its caller has just confirmed on the node."""
         target = job.requeue_id or job.job_id
-        rc, out, err = await self._run([*self._scontrol, "requeue", target])
+        rc, out, err = await self._run([*self._client.scontrol_argv, "requeue", target])
         return self._outcome("scontrol requeue", job, rc, out, err)
 
     @staticmethod

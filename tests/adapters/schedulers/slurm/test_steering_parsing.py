@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.schedulers.steering_slurm import parse_weight
+from adapters.schedulers.slurm.weight import parse_weight
 
 LINE = (
     "NodeName=gpu03 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE ThreadsPerCore=1"

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.steering_slurm import rest_weight
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.backend import SlurmBackend
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.weight import rest_weight
 from daemon.service.steering import Steering
 from fakes.slurmrestd import FakeSlurmrestd
 from tests.support.secrets import write_secret
@@ -30,13 +31,15 @@ async def fake() -> AsyncIterator[FakeSlurmrestd]:
 
 
 @pytest.fixture
-async def sink(fake: FakeSlurmrestd, tmp_path: Path) -> AsyncIterator[SlurmSink]:
+async def backend(fake: FakeSlurmrestd, tmp_path: Path) -> AsyncIterator[SlurmBackend]:
     token = tmp_path / "jwt"
     write_secret(token, "token-root\n")
     # No scontrol on this host: a write that fell back to it would fail the test.
-    s = SlurmSink(fake.url, token=JwtToken(token), scontrol=("/nonexistent/scontrol",))
-    yield s
-    await s.close()
+    b = SlurmBackend(
+        SlurmClient(fake.url, token=JwtToken(token), scontrol=("/nonexistent/scontrol",))
+    )
+    yield b
+    await b.sink().close()
 
 
 async def test_the_weight_goes_through_the_rest_node_update(

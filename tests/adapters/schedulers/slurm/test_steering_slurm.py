@@ -12,15 +12,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.steering_slurm import parse_weight
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.backend import SlurmBackend
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.weight import parse_weight
 from daemon.service.steering import Steering
 from tests.support.slurm import Cluster
 from tests.support.steering import Knobs
 
 # "sink" named here so that its parameters (scontrol, rest) apply to every test.
-pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("sink")]
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("backend")]
 
 NODE = "gpu03"
 
@@ -33,17 +34,18 @@ def node(clean: Cluster) -> Iterator[Cluster]:
 
 
 @pytest.fixture(params=["scontrol", "rest"])
-async def sink(node: Cluster, request: pytest.FixtureRequest) -> AsyncIterator[SlurmSink]:
+async def backend(node: Cluster, request: pytest.FixtureRequest) -> AsyncIterator[SlurmBackend]:
     # "rest": reads through slurmrestd (22.05 serves no node update: writes fall back
     # to scontrol, as the decisions' do).
     if request.param == "rest":
-        s = SlurmSink(
+        client = SlurmClient(
             node.rest_url, token=JwtToken(node.token_file), slurm_conf=node.conf, timeout_s=20.0
         )
     else:
-        s = SlurmSink(None, slurm_conf=node.conf, timeout_s=20.0)
-    yield s
-    await s.close()
+        client = SlurmClient(None, slurm_conf=node.conf, timeout_s=20.0)
+    b = SlurmBackend(client)
+    yield b
+    await b.sink().close()
 
 
 def weight(cluster: Cluster) -> str | None:

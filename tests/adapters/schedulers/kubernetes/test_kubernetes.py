@@ -14,13 +14,8 @@ import pytest
 from aiohttp import ClientSession
 
 from adapters.base import DeliveryError
-from adapters.schedulers.kubernetes import (
-    FOREIGN_CORDON,
-    SA_DIR,
-    KubeAuthError,
-    KubernetesSink,
-    connection,
-)
+from adapters.schedulers.kubernetes.client import SA_DIR, KubeAuthError, KubeClient, connection
+from adapters.schedulers.kubernetes.sink import FOREIGN_CORDON, KubernetesSink
 from daemon.config import ConfigError, parse_config
 from daemon.config.scheduler import KubernetesSchedulerConfig
 from daemon.delivery.outbox import Status
@@ -59,7 +54,7 @@ def make_sink(
     api: FakeKubeApi, token_file: Path, *, exclude_state: Literal["drain", "down"] = "down"
 ) -> KubernetesSink:
     conn = connection(api_url=api.url, token_file=token_file)
-    return KubernetesSink(conn, exclude_state=exclude_state)
+    return KubernetesSink(KubeClient(conn), exclude_state=exclude_state)
 
 
 @pytest.fixture
@@ -167,7 +162,7 @@ async def test_errors_map_to_permanent_or_transient(
     assert forbidden.value.permanent and "403" in str(forbidden.value)
     wrong = tmp_path / "wrong"
     write_secret(wrong, "nope")
-    bad = KubernetesSink(connection(api_url=api.url, token_file=wrong))
+    bad = KubernetesSink(KubeClient(connection(api_url=api.url, token_file=wrong)))
     try:
         with pytest.raises(DeliveryError) as unauthorized:
             await bad.deliver(decision("node-a", Action.DRAIN))

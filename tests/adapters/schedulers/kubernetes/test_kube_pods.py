@@ -27,7 +27,8 @@ import yaml
 
 from adapters.schedulers.decision_json import rfc3339
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.kube_pods import (
+from adapters.schedulers.kubernetes.client import KubeClient, connection
+from adapters.schedulers.kubernetes.pods import (
     CHECKPOINT_ANNOTATION,
     EVENT_REASON,
     LIST_RESTARTS,
@@ -37,7 +38,7 @@ from adapters.schedulers.kube_pods import (
     WITHDRAWN_REASON,
     KubePods,
 )
-from adapters.schedulers.kubernetes import KubeClient, KubernetesSink, connection
+from adapters.schedulers.kubernetes.sink import KubernetesSink
 from daemon.delivery.deliverer import REFUSED_SLOWDOWN, wait_or_wake
 from daemon.delivery.notices import JobNotices, Notice, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
@@ -426,7 +427,7 @@ async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and
     run: Callable[[Clock], Notices],
 ) -> None:
     a_node_of_every_kind(api)
-    sink = KubernetesSink(connection(api_url=api.url, token_file=token_file))
+    sink = KubernetesSink(KubeClient(connection(api_url=api.url, token_file=token_file)))
     clock = Clock()
     try:
         async with run(clock) as r:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.schedulers.slurm_job_list import (
+from adapters.schedulers.slurm.job_list import (
     SHOWN_LIMIT,
     JobListError,
     convert,

@@ -9,24 +9,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from adapters.schedulers.kubernetes import JSON_PATCH, KubernetesSink, _ptr
+from adapters.schedulers.kubernetes.client import JSON_PATCH, KubeClient, _ptr, node_error
 from adapters.schedulers.node_setting import SettingChanged
 
 
 class KubeNodeLabel:
-    """One label of a node, through the Kubernetes sink's connection."""
+    """One label of a node, through the backend's Kubernetes client."""
 
-    def __init__(self, sink: KubernetesSink, key: str) -> None:
-        self._sink = sink
+    def __init__(self, client: KubeClient, key: str) -> None:
+        self._client = client
         self._key = key
         self.target = f"kubernetes label {key}"
 
     async def _node(self, node: str) -> dict[str, Any]:
-        # The sink's GET (its client, token and errors; same package).
-        return await self._sink._get_node(node)
+        return await self._client.get_node(node)
+
+    def value(self, bucket: int, weights: Sequence[int]) -> str:
+        """The bucket's number: a preferred node affinity ranks by it."""
+        return str(bucket)
 
     async def read(self, node: str) -> str | None:
         """The label's value, None when the node has no such label."""
@@ -56,7 +60,7 @@ class KubeNodeLabel:
             ops.append({"op": "add", "path": path, "value": value})
         else:
             ops.append({"op": "add", "path": "/metadata/labels", "value": {self._key: value}})
-        status, body = await self._sink.client.call(
+        status, body = await self._client.call(
             "PATCH", f"/api/v1/nodes/{quote(node, safe='')}", ops, content_type=JSON_PATCH
         )
         if status == 200:
@@ -64,4 +68,4 @@ class KubeNodeLabel:
         if status in (409, 422):
             message = body.get("message", "") if isinstance(body, dict) else str(body)
             raise SettingChanged(f"{node}: label {self._key} changed meanwhile: {message}")
-        raise self._sink._fail(f"PATCH label {self._key} of {node}", status, body)
+        raise node_error(f"PATCH label {self._key} of {node}", status, body)

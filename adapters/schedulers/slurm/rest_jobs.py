@@ -5,7 +5,7 @@ to v0.0.41 have the same ones):
 
 - List: ``GET /slurm/<v>/jobs/``. It takes no node filter (only ``update_time``
   and ``flags``), so the list is filtered here, through the typed model of
-  slurm_job_list.py: ``job_state`` holds ``RUNNING`` and the hostlist in
+  job_list.py: ``job_state`` holds ``RUNNING`` and the hostlist in
   ``nodes`` names the node. A list that cannot be read whole is an error.
 - Confirm: before a signal or a requeue, ``GET /slurm/<v>/job/{job_id}`` must
   show the job RUNNING on this node.
@@ -39,10 +39,10 @@ from typing import Any
 
 from adapters.base import DeliveryError, http_error
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_job_list import JobListError, convert, running_job, running_on
-from adapters.schedulers.slurm_jobs import NOT_HERE, SignalScope, SlurmJobs
-from adapters.schedulers.slurm_versions import slurm_errors
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.job_list import JobListError, convert, running_job, running_on
+from adapters.schedulers.slurm.jobs import NOT_HERE, SignalScope, SlurmJobs
+from adapters.schedulers.slurm.versions import slurm_errors
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +63,17 @@ class SlurmRestJobs:
     """JobControl for Slurm: REST where the server offers it, the commands otherwise."""
 
     def __init__(
-        self, sink: SlurmSink, commands: SlurmJobs, *, scope: SignalScope = "full"
+        self, client: SlurmClient, commands: SlurmJobs, *, scope: SignalScope = "full"
     ) -> None:
         self.name = "slurm"
-        self._sink = sink
+        self._client = client
         self._commands = commands
         self._flags = SCOPE_FLAGS[scope]
         self._said: str | None = None  # the path last logged, to log a change once
 
     async def _version(self) -> str | None:
         try:
-            version = await self._sink.job_api()
+            version = await self._client.job_api()
         except DeliveryError as err:
             raise _job_error(err) from err
         path = f"REST ({version})" if version else "squeue / scancel"
@@ -90,7 +90,7 @@ class SlurmRestJobs:
         body: Mapping[str, Any] | None = None,
     ) -> tuple[int, Any]:
         try:
-            return await self._sink.call(method, path, params, body)
+            return await self._client.call(method, path, params, body)
         except DeliveryError as err:
             raise _job_error(err) from err
 
@@ -134,7 +134,7 @@ class SlurmRestJobs:
             return Outcome.GONE, NOT_HERE
         signal = terms.signal
         what = f"signal {signal} to job {job.job_id}"
-        if int(job.job_id) >= MAX_JOB_ID and self._sink.can_bulk_signal(version):
+        if int(job.job_id) >= MAX_JOB_ID and self._client.can_bulk_signal(version):
             kill = {"jobs": [job.job_id], "signal": signal, "flags": [self._flags]}
             status, body = await self._call("DELETE", f"/slurm/{version}/jobs/", body=kill)
             return _outcome(what, status, body)

@@ -16,10 +16,11 @@ from aiohttp import ClientSession
 
 from adapters.base import DeliveryError
 from adapters.schedulers.base import NodeReadError, NodeView
-from adapters.schedulers.listing import listed_scontrol
-from adapters.schedulers.slurm import SlurmSink, parse_scontrol_node
-from adapters.schedulers.slurm_auth import JwtToken, parse_token_output, token_expiry
-from adapters.schedulers.slurm_versions import api_info, node_view
+from adapters.schedulers.slurm.auth import JwtToken, parse_token_output, token_expiry
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.listing import listed_scontrol
+from adapters.schedulers.slurm.sink import SlurmSink, parse_scontrol_node
+from adapters.schedulers.slurm.versions import api_info, node_view
 from daemon.config import ConfigError, parse_config
 from daemon.config.scheduler import SlurmSchedulerConfig
 from fakes.slurmrestd import FakeSlurmrestd, expand_hostlist
@@ -49,7 +50,7 @@ def jwt(exp: float) -> str:
 
 
 async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, slurm_token: Path) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(slurm_token), exclude_state="down")
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(slurm_token)), exclude_state="down")
     try:
         await sink.deliver(decision("gpu01", Action.DRAIN))
         drained = (await sink.read_state(["gpu01"]))["gpu01"]
@@ -72,13 +73,13 @@ async def test_drain_down_resume_through_rest(fake: FakeSlurmrestd, slurm_token:
 
 
 async def test_a_configured_version_is_used(fake: FakeSlurmrestd, slurm_token: Path) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(slurm_token), api_version="v0.0.40")
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(slurm_token), api_version="v0.0.40"))
     try:
         await sink.deliver(decision("gpu01", Action.DRAIN))
         with pytest.raises(DeliveryError, match=r"does not serve v0\.0\.39"):
-            await SlurmSink(fake.url, token=JwtToken(slurm_token), api_version="v0.0.39").deliver(
-                decision("gpu01", Action.DRAIN)
-            )
+            await SlurmSink(
+                SlurmClient(fake.url, token=JwtToken(slurm_token), api_version="v0.0.39")
+            ).deliver(decision("gpu01", Action.DRAIN))
     finally:
         await sink.close()
     assert ("POST", "/slurm/v0.0.40/node/gpu01") in fake.requests
@@ -97,7 +98,7 @@ async def test_slurm_errors_are_clear_and_permanent(
 ) -> None:
     if not admin:
         fake.admins = set()
-    sink = SlurmSink(fake.url, token=JwtToken(slurm_token))
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(slurm_token)))
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision(node, action))
@@ -111,8 +112,8 @@ async def test_server_errors_and_refused_connections_are_transient(
     fake: FakeSlurmrestd, slurm_token: Path
 ) -> None:
     fake.fail_next, fake.fail_status = 1, 502
-    sink = SlurmSink(fake.url, token=JwtToken(slurm_token))
-    dead = SlurmSink("http://127.0.0.1:9", token=JwtToken(slurm_token), timeout_s=1.0)
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(slurm_token)))
+    dead = SlurmSink(SlurmClient("http://127.0.0.1:9", token=JwtToken(slurm_token), timeout_s=1.0))
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("gpu01", Action.DRAIN))
@@ -128,7 +129,7 @@ async def test_server_errors_and_refused_connections_are_transient(
 async def test_a_404_without_slurm_error_2018_is_transient_and_redetects_the_version(
     fake: FakeSlurmrestd, slurm_token: Path
 ) -> None:
-    sink = SlurmSink(fake.url, token=JwtToken(slurm_token))
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(slurm_token)))
     try:
         assert (await sink.read_state(["gpu01"]))["gpu01"].exists
         fake.fail_next, fake.fail_status, fake.fail_body = 1, 404, {"errors": []}
@@ -145,7 +146,7 @@ async def test_a_404_without_slurm_error_2018_is_transient_and_redetects_the_ver
 async def test_rest_writes_on_a_22_05_server_are_refused_clearly(slurm_token: Path) -> None:
     old = FakeSlurmrestd(versions=("v0.0.36", "v0.0.37", "v0.0.38"))
     await old.start()
-    sink = SlurmSink(old.url, token=JwtToken(slurm_token), write_via="rest")
+    sink = SlurmSink(SlurmClient(old.url, token=JwtToken(slurm_token), write_via="rest"))
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("gpu01", Action.DRAIN))
@@ -165,7 +166,7 @@ async def test_511_refreshes_the_token_with_the_command(
     fake.tokens["root"] = "fresh"
     command = [sys.executable, "-c", "print('SLURM_JWT=fresh')"]
     token = JwtToken(stale, refresh_command=command)
-    sink = SlurmSink(fake.url, token=token)
+    sink = SlurmSink(SlurmClient(fake.url, token=token))
     try:
         await sink.deliver(decision("gpu01", Action.DRAIN))
     finally:
@@ -184,7 +185,7 @@ async def test_a_token_about_to_expire_is_refreshed_first(
     # This command rewrites the file and prints nothing: the file is read again.
     command = [sys.executable, "-c", f"open({str(path)!r}, 'w').write({later!r})"]
     token = JwtToken(path, refresh_command=command, refresh_before_s=300)
-    sink = SlurmSink(fake.url, token=token, auth="bearer")
+    sink = SlurmSink(SlurmClient(fake.url, token=token, auth="bearer"))
     try:
         await sink.read_state(["gpu01"])
     finally:
@@ -197,7 +198,7 @@ async def test_a_refused_token_without_a_command_is_retried_as_an_auth_refusal(
 ) -> None:
     path = tmp_path / "jwt"
     write_secret(path, "wrong")
-    sink = SlurmSink(fake.url, token=JwtToken(path))
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(path)))
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("gpu01", Action.DRAIN))

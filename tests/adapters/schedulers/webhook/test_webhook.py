@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from adapters.base import DeliveryError
-from adapters.schedulers.webhook import WebhookSink, sign
+from adapters.schedulers.webhook.sink import WebhookSink, sign
 from daemon.delivery.outbox import MEMORY
 from fakes.scheduler import FakeWebhookScheduler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key

@@ -18,17 +18,18 @@ from typing import Any
 import pytest
 
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.slurm_hostlist import HostlistError, hostlist_has
-from adapters.schedulers.slurm_job_list import convert, running_on
-from adapters.schedulers.slurm_jobs import NOT_HERE, SignalScope, SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
-from adapters.schedulers.slurm_versions import api_info
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.hostlist import HostlistError, hostlist_has
+from adapters.schedulers.slurm.job_list import convert, running_on
+from adapters.schedulers.slurm.jobs import NOT_HERE, SignalScope, SlurmJobs
+from adapters.schedulers.slurm.rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.slurm.versions import api_info
 from daemon.config.scheduler import SlurmSchedulerConfig
 from daemon.delivery.notices import JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
-from daemon.delivery.sinks import build_job_notices, build_sink
+from daemon.delivery.sinks import build_backend, build_job_notices
 from fakes.slurmrestd import FakeSlurmrestd, compress_hostlist
 from policies.model import Action
 from tests.support.delivery import decision, notices_on
@@ -44,10 +45,10 @@ FAST = NoticeSettings(
 def rest_jobs(
     fake: FakeSlurmrestd, token: Path, scope: SignalScope = "full", **kw: Any
 ) -> tuple[SlurmSink, SlurmRestJobs]:
-    sink = SlurmSink(fake.url, token=JwtToken(token), timeout_s=2.0, **kw)
     scontrol = (sys.executable, str(ROOT / "fakes" / "scontrol.py"), fake.url)
-    commands = SlurmJobs(scontrol=scontrol, squeue=("/nonexistent/squeue",), scope=scope)
-    return sink, SlurmRestJobs(sink, commands, scope=scope)
+    client = SlurmClient(fake.url, token=JwtToken(token), timeout_s=2.0, scontrol=scontrol, **kw)
+    commands = SlurmJobs(client, squeue=("/nonexistent/squeue",), scope=scope)
+    return SlurmSink(client), SlurmRestJobs(client, commands, scope=scope)
 
 
 @contextlib.asynccontextmanager
@@ -295,13 +296,13 @@ def test_the_recorded_22_05_paths_offer_no_rest_job_control() -> None:
 async def test_the_fake_offers_rest_job_control_from_v0_0_39(slurm_token: Path) -> None:
     fake = FakeSlurmrestd(versions=("v0.0.38", "v0.0.39", "v0.0.42"))
     await fake.start()
-    sink = SlurmSink(fake.url, token=JwtToken(slurm_token), api_version="v0.0.39")
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(slurm_token), api_version="v0.0.39"))
     try:
-        assert await sink.job_api() == "v0.0.39"
+        assert await sink.client.job_api() == "v0.0.39"
     finally:
         await sink.close()
         await fake.stop()
-    assert sink.info is not None and sink.info.job_control == ("v0.0.39", "v0.0.42")
+    assert sink.client.info is not None and sink.client.info.job_control == ("v0.0.39", "v0.0.42")
 
 
 @pytest.mark.parametrize(
@@ -351,10 +352,11 @@ async def test_the_daemon_takes_the_rest_path_with_a_rest_url(slurm_token: Path)
     rest = SlurmSchedulerConfig(
         type="slurm", rest_url="http://127.0.0.1:6820", token_file=slurm_token
     )
-    sink = build_sink(rest, 600.0)
-    built = build_job_notices(rest, 600.0, sink)
-    plain = build_job_notices(SlurmSchedulerConfig(type="slurm"), 600.0, build_sink(rest, 600.0))
-    await sink.close()
+    backend = build_backend(rest, 600.0)
+    built = build_job_notices(rest, 600.0, backend)
+    commands = SlurmSchedulerConfig(type="slurm")
+    plain = build_job_notices(commands, 600.0, build_backend(commands, 600.0))
+    await backend.sink().close()
     assert built is not None and isinstance(built[0], SlurmRestJobs)
     assert plain is not None and isinstance(plain[0], SlurmJobs)
 
@@ -394,7 +396,9 @@ async def test_a_federation_job_id_is_signalled_through_the_job_list_path(
         assert await jobs.notify(listed, terms("USR1")) == (Outcome.DONE, "ok")
         stranger = RunningJob(str((3 << 26) + 42), node="gpu01")
         gone, _ = await jobs.notify(stranger, terms("USR1"))
-        status, _ = await sink.call("DELETE", f"/slurm/v0.0.42/job/{big}", {"signal": "USR1"})
+        status, _ = await sink.client.call(
+            "DELETE", f"/slurm/v0.0.42/job/{big}", {"signal": "USR1"}
+        )
     finally:
         await sink.close()
     assert listed.job_id == str(big) and gone is Outcome.GONE

@@ -50,7 +50,7 @@ from urllib.parse import quote
 from adapters.base import DeliveryError
 from adapters.schedulers.decision_json import rfc3339
 from adapters.schedulers.jobs import JobControlError, NoticeTerms, Outcome, RunningJob
-from adapters.schedulers.kubernetes import KubeClient, api_message
+from adapters.schedulers.kubernetes.client import JSON_PATCH, KubeClient, api_message
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ WITHDRAWN_REASON = "ThermalCheckpointWithdrawn"
 # How a pod is told, as the notice records it (NoticeSettings.signal).
 POD_NOTICE = "annotation"
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 _ANNOTATION_PTR = "/metadata/annotations/" + CHECKPOINT_ANNOTATION.replace("/", "~1")
 _RBAC = "the account needs list on pods, patch on pods, create on pods/eviction and events"
 PAGE_SIZE = 500
