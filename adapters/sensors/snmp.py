@@ -377,7 +377,8 @@ class SnmpAdapter:
                 claimed.add(spec.value)
                 values = {**base, "class": class_word(spec.kind)}
                 if spec.skip:
-                    self._skipped.append(f"{render(spec.id, values)} ({spec.skip})")
+                    safe = {k: _safe(v) for k, v in values.items()}
+                    self._skipped.append(f"{render(spec.id, safe)} ({spec.skip})")
                     continue
                 points.append(self._point(spec, oid_tuple(spec.value) + index, values, base))
         return points
@@ -569,11 +570,14 @@ class SnmpAdapter:
             raw = values[k]
             k += 1
             conv = point.conv
-            result = conv.apply(decode(raw)) if isinstance(conv, Conversion) else conv
+            value = decode(raw)
+            result = conv.apply(value) if isinstance(conv, Conversion) else conv
             if point.status is not None:
                 state = decode(values[k])
                 k += 1
-                if isinstance(result, float):
+                # The device's own word on the row outranks what its value looks like
+                # (out of range), but not the MIB's documented "no value" sentinel.
+                if not (isinstance(conv, Conversion) and conv.is_sentinel(value)):
                     result = _status_problem(point.status, state) or result
             if isinstance(result, float):
                 out.append(

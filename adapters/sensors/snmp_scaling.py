@@ -34,6 +34,13 @@ class Conversion:
     high: float | None
     unit: str
 
+    def is_sentinel(self, raw: RawValue) -> bool:
+        """True for a raw value the MIB documents as "no value" (see sentinels)."""
+        if isinstance(raw, bytes):
+            number = _number_from_text(raw)
+            return number is not None and number.is_integer() and int(number) in self.sentinels
+        return isinstance(raw, int) and raw in self.sentinels
+
     def apply(self, raw: RawValue) -> float | str:
         """The value in the sensor's unit, or a reason string when it is BAD."""
         if isinstance(raw, Missing):
