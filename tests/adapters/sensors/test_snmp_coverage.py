@@ -221,3 +221,13 @@ async def test_runner_reports_a_source_without_evidence_degraded_in_readyz(
     check("Ready", body)
     assert body["degraded"] == {adapter.name: adapter.degraded_reason}
     assert view.sources()[0].health == "degraded"
+
+
+def test_every_shipped_profile_names_its_product_lines_and_mib_tables() -> None:
+    from adapters.sensors.snmp_profiles import shipped_profiles  # noqa: PLC0415
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "pdu-profiles.md").read_text()
+    for profile in shipped_profiles():
+        assert profile.products and profile.mib, f"{profile.path}: products and mib"
+        assert profile.match or profile.fallback, profile.path
+        assert f"| `{profile.id}` |" in doc, f"{profile.id} is not in docs/pdu-profiles.md"
