@@ -36,6 +36,7 @@ RECORDINGS = [
     "sentry4-no-evidence",
     "apc-rpdu2-unmetered",
     "rittal-cmc3-pdu",
+    "apc-inrow-rp500",
 ]
 
 
@@ -106,6 +107,21 @@ async def test_apc_cooling_unit_of_another_family_reads_its_analog_table(
     assert by_name["Return Air Humidity"].value == 41.0
     # Fan speed (%) and cooling output (kW) are no kind of rackguard's: not read as one.
     assert "Fan Speed" not in by_name and "Cooling Output" not in by_name
+
+
+async def test_apc_inrow_rp_reads_its_own_scalars_and_lists_the_other_families_once(
+    snmpsim: SnmpsimServer,
+) -> None:
+    adapter, got = await _read(snmpsim, "apc-inrow-rp500")
+    assert adapter.profile is not None and adapter.profile.id == "apc-cooling"
+    assert got["rp500.supply_air.temperature"].value == pytest.approx(18.2)
+    assert got["rp500.return_air.temperature"].value == pytest.approx(29.6)
+    assert got["rp500.supply.humidity"].value == pytest.approx(45.2)
+    assert got["rp500.rack_inlet1.temperature"].kind is SensorKind.AIR_TEMPERATURE
+    # Another family's scalar is not on this unit: ABSENT with the reason, not BAD.
+    other = got["rdg2.supply_air.temperature"]
+    assert other.quality is Quality.ABSENT and "not on this device" in other.reason
+    assert adapter.degraded_reason == ""
 
 
 async def test_geist_v4_is_tried_when_the_v5_tables_of_the_longer_match_are_empty(
