@@ -37,6 +37,7 @@ RECORDINGS = [
     "apc-rpdu2-unmetered",
     "rittal-cmc3-pdu",
     "apc-inrow-rp500",
+    "apc-rpdu-ap7900",
 ]
 
 
@@ -186,6 +187,17 @@ async def test_minus_one_energy_and_power_are_bad_not_measured(snmpsim: SnmpsimS
     assert energy.quality is Quality.BAD and energy.reason == "not measured (sentinel -1)"
     assert got["pdu2.power"].reason == "not measured (sentinel -1)"
     assert got["pdu2.energy"].value == pytest.approx(4567.8)
+
+
+async def test_an_rpdu_without_rpdu2_tables_reads_the_device_total(
+    snmpsim: SnmpsimServer,
+) -> None:
+    adapter, got = await _read(snmpsim, "apc-rpdu-ap7900")
+    assert adapter.profile is not None and adapter.profile.id == "apc-rpdu2"
+    total = got["device.power"]
+    assert total.quality is Quality.GOOD and total.value == 840.0
+    assert got["phase.L1.current"].value == pytest.approx(7.2)
+    assert adapter.degraded_reason == ""
 
 
 async def test_apparent_and_reactive_power_rows_are_skipped_by_name(
