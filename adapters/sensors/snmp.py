@@ -181,8 +181,10 @@ class SnmpAdapter:
         # A profile that claims the device serves it even when it found nothing: the source
         # runs degraded and says why (see read), where refusing to connect would stop the
         # daemon at start. Only the fallback finding nothing means no profile fits.
+        # Without evidence anywhere, the degraded source is reported against the profile
+        # that claims the device (not the generic fallback), preferring one that polls.
         claimed = [f for f in found if not f[0].fallback or self._opt.profile]
-        ranked = with_evidence or polled or claimed
+        ranked = with_evidence or [f for f in claimed if f in polled] or claimed or polled
         if not ranked:
             tried = "; ".join(t.summary() for t in self.trials)
             raise SourceSetupError(

@@ -306,6 +306,9 @@ def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
     sentinels = r.get("sentinels", list, [])
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in sentinels):
         raise r.fail("sentinels", "must be a list of integers (raw values)")
+    sentinel_means = r.get("sentinel_means", str, "no probe fitted")
+    if not sentinel_means.strip():
+        raise r.fail("sentinel_means", "must say what a sentinel means, e.g. 'not measured'")
     divisor = r.number("divisor", 1.0)
     if divisor == 0:
         raise r.fail("divisor", "must not be 0")
@@ -320,7 +323,7 @@ def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
         scales=tuple(scales),
         transform=transform,
         sentinels=frozenset(sentinels),
-        sentinel_means=r.get("sentinel_means", str, "no probe fitted"),
+        sentinel_means=sentinel_means,
         low=r.number("min", low_default),
         high=r.number("max", high_default),
         labels=r.str_map("labels"),

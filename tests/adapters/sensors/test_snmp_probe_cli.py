@@ -119,3 +119,12 @@ def test_check_config_says_when_a_device_was_not_checked(
     out, err = capsys.readouterr()
     assert "OK" in out
     assert "sources.pdu: device not reached, its profile not checked (offline)" in err
+
+
+def test_probe_all_profiles_is_refused_for_a_source_that_is_not_snmp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rackguard.toml"
+    path.write_text('[node]\nname = "n1"\n[sources.gpus]\ntype = "nvml"\n')
+    assert main(["probe", "gpus", "--config", str(path), "--all-profiles"]) == 2
+    assert "--all-profiles is for SNMP sources; 'gpus' is not one" in capsys.readouterr().err
