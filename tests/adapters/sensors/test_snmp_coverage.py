@@ -38,6 +38,7 @@ RECORDINGS = [
     "rittal-cmc3-pdu",
     "apc-inrow-rp500",
     "apc-rpdu-ap7900",
+    "vertiv-v5-probes",
 ]
 
 
@@ -198,6 +199,20 @@ async def test_an_rpdu_without_rpdu2_tables_reads_the_device_total(
     assert total.quality is Quality.GOOD and total.value == 840.0
     assert got["phase.L1.current"].value == pytest.approx(7.2)
     assert adapter.degraded_reason == ""
+
+
+async def test_vertiv_v5_probes_read_in_the_device_temperature_unit(
+    snmpsim: SnmpsimServer,
+) -> None:
+    adapter, got = await _read(snmpsim, "vertiv-v5-probes")
+    assert adapter.profile is not None and adapter.profile.id == "vertiv-geist"
+    front = got["inlet.thd1.temperature"]
+    assert front.quality is Quality.GOOD and front.value == pytest.approx(24.0)  # 75.2 degF
+    assert front.labels["description"] == "Rack front"
+    assert got["inlet.thd1.humidity"].value == 40.0
+    rear = got["inlet.rt1.temperature"]
+    assert rear.quality is Quality.BAD and rear.reason == "device reports status unavailable (0)"
+    assert got["pdu1.power"].value == 1016.0
 
 
 async def test_apparent_and_reactive_power_rows_are_skipped_by_name(
