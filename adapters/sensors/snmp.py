@@ -219,6 +219,10 @@ class SnmpAdapter:
             f" sysObjectID {self.sys_object_id or '(none)'} ({self.sys_descr[:60]!r});"
             f" verified with {verified}"
         )
+        order = [t.profile for t in self.trials]
+        passed = [p.id for p in order[: order.index(profile)]] if profile in order else []
+        if passed:  # a longer match read nothing here: worth a line in the log
+            served += f" (tried first, found nothing rackguard uses: {', '.join(passed)})"
         if served != self._logged_profile:
             log.info("%s; %d sensors", served, len(self._points))
             self._logged_profile = served

@@ -137,6 +137,7 @@ async def test_geist_v4_is_tried_when_the_v5_tables_of_the_longer_match_are_empt
     remote = got["inlet.t1.temperature"]
     assert remote.quality is Quality.BAD and "unavailable (0)" in remote.reason
     assert any("also tried profile vertiv-geist" in n for n in adapter.notes), adapter.notes
+    assert "(tried first, found nothing rackguard uses: vertiv-geist)" in adapter.notes[0]
 
 
 async def test_a_matched_profile_that_reads_nothing_is_degraded_and_says_why_once(
