@@ -107,8 +107,12 @@ async def test_apc_cooling_unit_of_another_family_reads_its_analog_table(
     assert fluid_in.kind is SensorKind.COOLANT_SUPPLY_TEMPERATURE and fluid_in.value == 12.0
     assert by_name["Leaving Fluid Temperature"].kind is SensorKind.COOLANT_RETURN_TEMPERATURE
     assert by_name["Return Air Humidity"].value == 41.0
-    # Fan speed (%) and cooling output (kW) are no kind of rackguard's: not read as one.
+    assert by_name["Fluid Flow"].kind is SensorKind.COOLANT_FLOW
+    assert by_name["Fluid Flow"].value == pytest.approx(75.0)  # 1.25 L/s
+    # Fan speed (%) and cooling output (kW) are no kind of rackguard's: skipped by name.
     assert "Fan Speed" not in by_name and "Cooling Output" not in by_name
+    skipped = next(n for n in adapter.notes if n.startswith("skipped by the profile"))
+    assert "analog.1.6 (not read: fan speed" in skipped and "analog.1.7 (" in skipped
 
 
 async def test_apc_inrow_rp_reads_its_own_scalars_and_lists_the_other_families_once(
