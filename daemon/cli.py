@@ -175,7 +175,7 @@ async def _probe(config: Config, name: str, *, as_json: bool, nvml: Any) -> int:
         print(f"rackguard: probe of {name!r} failed: {err or 'timed out'}", file=sys.stderr)
         return EXIT_STARTUP
     for note in getattr(adapter, "notes", ()):  # which profile, what the device lacks
-        print(f"rackguard: {name}: {note}", file=sys.stderr)
+        print(f"rackguard: {name}: {note.removeprefix(f'{name}: ')}", file=sys.stderr)
     now = readings[0].mono if readings else 0.0
     rows = [to_wire(series_of(r, now)) for r in readings]
     if as_json:

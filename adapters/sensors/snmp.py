@@ -541,10 +541,11 @@ class SnmpAdapter:
             )
         key = (self.degraded_reason, *self.missing)
         if key != self._logged_missing:
+            # INFO: the runner reports a degraded source at ERROR, `probe` on stderr.
             if self.degraded_reason:
-                log.warning("%s: %s", self.name, self.degraded_reason)
+                log.info("%s: %s", self.name, self.degraded_reason)
             elif self.missing:
-                log.warning(
+                log.info(
                     "%s: profile %s reads %s but not %s",
                     self.name,
                     self.profile.id,
