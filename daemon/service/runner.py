@@ -31,7 +31,7 @@ class Health(enum.StrEnum):
 
     STARTING = "starting"  # no attempt finished yet
     UP = "up"
-    DEGRADED = "degraded"  # failing, fewer than down_after times in a row
+    DEGRADED = "degraded"  # failing, fewer than down_after times in a row; or no evidence
     DOWN = "down"
 
 
@@ -152,7 +152,15 @@ class SourceRunner:
     def _succeeded(self) -> None:
         self.stats.consecutive_failures = 0
         self.stats.last_success_mono = asyncio.get_running_loop().time()
-        if self.health is not Health.UP:
+        # A device that answers but gives nothing rackguard uses (a PDU whose profile
+        # reads no probe, no power) is degraded, not up; the adapter says why.
+        why = getattr(self.adapter, "degraded_reason", "")
+        if why:
+            self.stats.last_error = why
+            if self.health is not Health.DEGRADED:
+                log.error("%s: source answers but is degraded: %s", self.name, why)
+                self.health = Health.DEGRADED
+        elif self.health is not Health.UP:
             if self.health is Health.STARTING:
                 log.info("%s: source up", self.name)
             else:
