@@ -122,6 +122,16 @@ _AUDITED = {
     },
     "inForce": {"operationId": "getOverrides", "description": "the overrides now in force"},
 }
+_OVERRIDE_EXAMPLES = {
+    "pin": {
+        "value": {"action": "pin", "node": "gpu-node-07", "pin": "never_drain", "reason": "burn-in"}
+    },
+    "unpin": {"value": {"action": "unpin", "node": "gpu-node-07", "reason": "burn-in done"}},
+    "pause": {
+        "value": {"action": "pause_predictive", "reason": "chiller maintenance", "actor": "ops"}
+    },
+    "reset_storm": {"value": {"action": "reset_storm", "reason": "storm was a sensor fault"}},
+}
 _ID = {
     "/v1/node/notice": "getNodeNotice",
     "/v1/notices": "listNotices",
@@ -257,7 +267,12 @@ OPENAPI: dict[str, Any] = {
                 "security": [{"bearer": []}],
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": _ref("OverrideRequest")}},
+                    "content": {
+                        "application/json": {
+                            "schema": _ref("OverrideRequest"),
+                            "examples": _OVERRIDE_EXAMPLES,
+                        }
+                    },
                 },
                 "responses": {
                     "200": {
