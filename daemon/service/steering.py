@@ -26,7 +26,6 @@ step is tried again at the next interval.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import time
@@ -43,6 +42,7 @@ from adapters.schedulers.steering_kubernetes import KubeNodeLabel
 from adapters.schedulers.steering_slurm import SlurmWeight
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
+from daemon.poller import Poller
 from policies.headroom import NodeHeadroom
 from policies.steering import steer_bucket
 
@@ -159,19 +159,27 @@ class Steering:
         self._foreign_seen: str | None = None  # the foreign value warned about
         self._failing = False
         self._last_headroom: NodeHeadroom | None = None
+        # step() reports its own failures: the poller only keeps the cadence.
+        self.poller = Poller(
+            f"{node}: steering",
+            self._guarded_step,
+            interval_s=lambda: self._config().interval_s,
+            failures=(),
+        )
 
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
-        """Step every ``interval_s`` until cancelled."""
-        while True:
-            try:
-                await self.step()
-            except Exception:
-                # Steering is an opt-in aid: a bug here must not end the agent that
-                # protects the node (drains do not depend on this task).
-                log.exception("%s: steering step failed", self.node)
-            await asyncio.sleep(self._config().interval_s)
+        """Step every ``interval_s`` (re-read at every step: reloads) until cancelled."""
+        await self.poller.run()
+
+    async def _guarded_step(self) -> None:
+        try:
+            await self.step()
+        except Exception:
+            # Steering is an opt-in aid: a bug here must not end the agent that
+            # protects the node (drains do not depend on this task).
+            log.exception("%s: steering step failed", self.node)
 
     async def step(self) -> None:
         """One look at the headroom, and at most one write (or one restore)."""
