@@ -10,9 +10,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState
+from daemon.config.outbox_path import location_problem, outbox_location
 from daemon.config.secrets import resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
-from daemon.delivery.outbox import location_problem, outbox_location
 
 _TAINT_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 

@@ -26,11 +26,13 @@ from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.kubernetes import KubeAuthError
 from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.config import Config, read_secret
+from daemon.config.outbox_path import outbox_location
 from daemon.config.policy import policy_settings
 from daemon.config.sources import SourceTiming
+from daemon.delivery.database import OutboxBusy, OutboxRefused
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices
-from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
+from daemon.delivery.outbox import DecisionStore, Status
 from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_job_notices, build_sink

@@ -13,7 +13,8 @@ import pytest
 
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_auth import JwtToken
-from daemon.delivery.outbox import DecisionStore, OutboxBusy, Status
+from daemon.delivery.database import OutboxBusy
+from daemon.delivery.outbox import DecisionStore, Status
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox

@@ -22,8 +22,9 @@ import aiohttp
 import orjson
 import pytest
 
+from daemon.config.outbox_path import MEMORY
 from daemon.delivery.notices import JobNote, Notice
-from daemon.delivery.outbox import MEMORY, DecisionStore, Pending, Status
+from daemon.delivery.outbox import DecisionStore, Pending, Status
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.http.api import ApiContext, make_app
 from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
