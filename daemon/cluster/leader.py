@@ -16,18 +16,27 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdError, absent, put_op
-from daemon.service.runner import SourceRunner
 from policies.model import Quality, Reading, SensorKind
 
 log = logging.getLogger(__name__)
 
 Feed = Callable[[str, Sequence[Reading]], None]
+
+
+class RackSource(Protocol):
+    """A rack source's runner (daemon/service/runner.py): what the leader starts and stops."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def first_attempt(self) -> asyncio.Event: ...
+    async def run(self) -> None: ...
 
 
 class RackLeader:
@@ -37,7 +46,7 @@ class RackLeader:
         self,
         agent: EtcdAgent,
         rack: str,
-        runners: Callable[[], list[SourceRunner]],
+        runners: Callable[[], Sequence[RackSource]],
         feed: Feed,
     ) -> None:
         self.agent = agent
@@ -45,10 +54,10 @@ class RackLeader:
         self._runners = runners  # the rack sources configured now (re-read: reloads)
         self._feed = feed
         self.leading = False
-        self._tasks: dict[SourceRunner, asyncio.Task[None]] = {}
+        self._tasks: dict[RackSource, asyncio.Task[None]] = {}
         self._imported: dict[str, int] = {}  # source -> mod_revision fed
 
-    def owns(self, runner: SourceRunner) -> bool:
+    def owns(self, runner: RackSource) -> bool:
         """The runner is a rack source: this object starts and stops it."""
         return runner in self._runners()
 
@@ -122,7 +131,7 @@ class RackLeader:
                 self.rack,
             )
 
-    def _sync(self, wanted: list[SourceRunner]) -> None:
+    def _sync(self, wanted: Sequence[RackSource]) -> None:
         for runner in [r for r in self._tasks if r not in wanted]:
             self._tasks.pop(runner).cancel()
         for runner in wanted:

@@ -36,8 +36,8 @@ from policies.tracking import gpu_kind
 
 if TYPE_CHECKING:
     from daemon.http.metrics import Metrics
+    from daemon.http.view import ServiceView
     from daemon.service.steering import SteeringStatus
-    from daemon.service.view import ServiceView
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 
+from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Status
 from daemon.delivery.overrides import AuditEntry
-from daemon.service.runner import Health as SourceHealthState
+from daemon.poller import Health as SourceHealthState
 from policies.codec import assessment_wire, decision_wire, schema_components, to_data
 from policies.model import Action, Assessment, Condition, Decision, Quality, SensorKind
 from policies.safety import Pin
@@ -63,33 +64,6 @@ class OutboxHealth:
 
     writable: bool
     error: str
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerViewStatus:
-    """The fleet view read from the scheduler."""
-
-    healthy: bool
-    nodes: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdStatus:
-    """The etcd coordination's connection."""
-
-    up: bool
-    failures: int
-    error: str | UnsetType = UNSET  # only while down, with an error
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterStatus:
-    """The fleet coordination: which mode, and whether it works now."""
-
-    mode: Annotated[str, Meta(extra_json_schema={"enum": ["lone", "scheduler", "etcd"]})]
-    degraded: bool
-    scheduler_view: SchedulerViewStatus | UnsetType = UNSET
-    etcd: EtcdStatus | UnsetType = UNSET
 
 
 @dataclass(frozen=True, slots=True)

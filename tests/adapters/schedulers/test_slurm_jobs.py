@@ -27,9 +27,9 @@ import pytest
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.slurm_jobs import SlurmJobs
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import parse_config
 from daemon.delivery.notices import JobNotices, NoticeSettings
-from daemon.service.app import Daemon
 from fakes.nvml import fake_node
 from policies.model import Action
 from tests.support.delivery import StoreAndDeliverer, decision

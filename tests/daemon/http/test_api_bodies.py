@@ -22,16 +22,16 @@ import aiohttp
 import orjson
 import pytest
 
+from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.config.outbox_path import MEMORY
 from daemon.delivery.notices import JobNote, Notice
 from daemon.delivery.outbox import DecisionStore, Pending, Status
 from daemon.delivery.overrides import OverrideRequest, OverrideStore
 from daemon.http.api import ApiContext, make_app
-from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EVENT_DATA, EventHub, delivery_event
 from daemon.http.notice import Notice as NoticeBody
-from daemon.service.view import ServiceView, SourceStatus
+from daemon.http.view import ServiceView, SourceStatus
 from policies.codec import to_data
 from policies.model import (
     Action,
@@ -300,7 +300,7 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         await take("node_notice.open", "/v1/node/notice")
         await take("notices.two", "/v1/notices")
 
-        # Each kind of event, its data as the daemon publishes it (daemon/service/app.py).
+        # Each kind of event, its data as the daemon publishes it (daemon/app.py).
         hub = view.events
         hub.publish("assessment", GPU_A)
         hub.publish("decision", DRAIN)

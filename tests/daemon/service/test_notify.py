@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.app import Daemon
 from daemon.config import load_config
-from daemon.service.app import Daemon
 from daemon.service.notify import Notifier
 from fakes.nvml_module import simulated_node
 from fakes.scheduler import FakeWebhookScheduler

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
+from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Pending
-from daemon.http.bodies import ClusterStatus, LogItem, OutboxHealth, Overrides, PinEntry, Ready
+from daemon.http.bodies import LogItem, OutboxHealth, Overrides, PinEntry, Ready
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
 from policies.model import Reading
