@@ -95,6 +95,11 @@ class ServiceView:
         return self._engine.last
 
     @property
+    def evaluated_at(self) -> float | None:
+        """When (Unix time) the policy last evaluated (None before the first)."""
+        return self._engine.last_wall
+
+    @property
     def rack(self) -> str:
         """The rack the policy places this node in."""
         return self._engine.rack

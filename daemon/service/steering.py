@@ -40,6 +40,7 @@ from adapters.schedulers.node_setting import NodeSetting, SettingChanged
 from adapters.schedulers.slurm import SlurmSink
 from adapters.schedulers.steering_kubernetes import KubeNodeLabel
 from adapters.schedulers.steering_slurm import SlurmWeight
+from daemon.clock import UnixTime
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
 from daemon.poller import Poller
@@ -98,8 +99,8 @@ class SteeringStatus:
     value: str | None  # as last read from the scheduler
     original: str | None
     written: str | None
-    written_at: float | None
-    next_write_at: float | None
+    written_at: UnixTime | None
+    next_write_at: UnixTime | None
     writes: dict[str, int] = field(default_factory=dict)
 
 

@@ -82,6 +82,7 @@ class FixedView:
         self.simulated = False
         self.generation = 0
         self.outcome: Outcome | None = None
+        self.evaluated_at: float | None = None
         self.refusal = ""
         self.problem_list: list[str] = []
         self.storage_error = ""
@@ -232,6 +233,7 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         ]  # fmt: skip
         view.generation = 1
         view.outcome = Outcome(NODE_A, [GPU_A, GPU_B], RACK_A, "rack power from 1 of 2 PDUs")
+        view.evaluated_at = 3.0
         view.problem_list = ["scheduler refuses: HTTP 401"]
         view.refusal = "HTTP 401 unauthorized"
         view.cluster = ClusterStatus(
