@@ -17,6 +17,7 @@ each of them can use it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import math
@@ -94,6 +95,7 @@ class Poller:
         describe: Callable[[Exception], str] | None = None,
         on_failure: Callable[[], Awaitable[None]] | None = None,
         on_attempt: Callable[[float], None] | None = None,
+        wake: asyncio.Event | None = None,
         rng: random.Random | None = None,
     ) -> None:
         """``interval_s``: seconds between ticks, or a function read at every tick (reloads).
@@ -104,7 +106,8 @@ class Poller:
         failures in a row before DOWN (DEGRADED until then). ``describe``: the
         words for a failure (``last_error``). ``on_failure``: awaited after a
         failed attempt (drop a broken session). ``on_attempt``: each attempt's
-        duration in seconds.
+        duration in seconds. ``wake``: set by anyone, it brings the next attempt
+        forward to now (the grid starts again there); cleared as each attempt begins.
         """
         self.name = name
         self._update = update
@@ -119,6 +122,7 @@ class Poller:
         self._describe = describe or _describe
         self._on_failure = on_failure
         self._on_attempt = on_attempt
+        self._wake = wake
         self._rng = rng or random.Random()
         self.health = Health.STARTING
         self.stats = PollStats()
@@ -135,9 +139,7 @@ class Poller:
         if self._spread_start:
             at += self._rng.uniform(0, self._interval())
         while True:
-            delay = at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            at = await self._until(at)
             began = loop.time()
             ok = await self.attempt()
             earliest = loop.time()
@@ -152,6 +154,23 @@ class Poller:
                 self.stats.skipped_ticks += n - 1
                 log.debug("%s: attempt overran its interval; skipped %d tick(s)", self.name, n - 1)
             at += n * step
+
+    async def _until(self, at: float) -> float:
+        """Wait for the tick at ``at``, or for a wake; the time the attempt is due."""
+        loop = asyncio.get_running_loop()
+        delay = at - loop.time()
+        if self._wake is None:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return at
+        if delay > 0 and not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+        if self._wake.is_set():
+            at = min(at, loop.time())
+        self._wake.clear()
+        return at
 
     async def attempt(self) -> bool:
         """One update under the per-attempt timeout; True on success."""

@@ -22,6 +22,7 @@ import orjson
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdError, absent, put_op
+from daemon.poller import Poller
 from policies.model import Quality, Reading, SensorKind
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,16 @@ class RackLeader:
         self.leading = False
         self._tasks: dict[RackSource, asyncio.Task[None]] = {}
         self._imported: dict[str, int] = {}  # source -> mod_revision fed
+        # A pass at every change etcd mirrors, and a third of the lease TTL at most apart.
+        # etcd failures are the agent's to report (mark_down): none reach the poller.
+        self.poller = Poller(
+            f"{agent.node}: rack {rack} leader",
+            self._pass,
+            interval_s=agent.lease_ttl_s / 3,
+            failures=(),
+            on_change=lambda old, new, why: None,
+            wake=agent.changed,
+        )
 
     def owns(self, runner: RackSource) -> bool:
         """The runner is a rack source: this object starts and stops it."""
@@ -90,20 +101,18 @@ class RackLeader:
     async def run(self) -> None:
         """Elect, start or stop the rack sources, import the leader's readings; until cancelled."""
         try:
-            while True:
-                self.agent.changed.clear()
-                await self._elect()
-                local = self.leading or not self.agent.up
-                self._sync(self._runners() if local else [])
-                if not local:
-                    self._import()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.agent.lease_ttl_s / 3):
-                        await self.agent.changed.wait()
+            await self.poller.run()
         finally:
             stopping = list(self._tasks.values())
             self._sync([])
             await asyncio.gather(*stopping, return_exceptions=True)
+
+    async def _pass(self) -> None:
+        await self._elect()
+        local = self.leading or not self.agent.up
+        self._sync(self._runners() if local else [])
+        if not local:
+            self._import()
 
     async def _elect(self) -> None:
         was = self.leading

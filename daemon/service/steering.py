@@ -166,6 +166,7 @@ class Steering:
             self._guarded_step,
             interval_s=lambda: self._config().interval_s,
             failures=(),
+            on_change=lambda old, new, why: None,
         )
 
     # ------------------------------------------------------------------ the loop

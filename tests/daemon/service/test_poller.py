@@ -213,3 +213,19 @@ async def test_a_hung_update_does_not_delay_another_poller() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     assert len(fine.calls) == 11 and len(hung.calls) == 1
     assert a.health is Health.DOWN
+
+
+@virtual_time
+async def test_a_wake_brings_the_next_attempt_forward_and_restarts_the_grid() -> None:
+    wake = asyncio.Event()
+    update = Script()
+    poller = Poller("p", update, interval_s=10.0, wake=wake)
+    task = asyncio.create_task(poller.run())
+    await asyncio.sleep(3.0)
+    wake.set()  # a change seen at t=3
+    await asyncio.sleep(0)
+    assert not wake.is_set()  # taken by the attempt it caused
+    await asyncio.sleep(20.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert update.calls == pytest.approx([0.0, 3.0, 13.0, 23.0])
