@@ -27,8 +27,9 @@ from pathlib import Path
 import aiohttp
 
 from adapters.base import SchedulerSink
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.report import Row, median
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.outbox import DecisionStore, Status
@@ -107,7 +108,7 @@ async def _fake_path(samples: int, work: Path) -> list[Row]:
     token = work / "jwt"
     token.write_text("token-root")
     token.chmod(0o600)
-    sink = SlurmSink(fake.url, token=JwtToken(token))
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(token)))
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": "token-root"}
     try:
         async with aiohttp.ClientSession(headers=headers) as http:
@@ -188,7 +189,11 @@ def stop_slurm(work: Path) -> None:
 async def _real_path(values: dict[str, str], work: Path, samples: int) -> list[Row]:
     conf = Path(values["SLURM_CONF"])
     sink = SlurmSink(
-        values["SLURM_REST_URL"], token=JwtToken(Path(values["SLURM_JWT_FILE"])), slurm_conf=conf
+        SlurmClient(
+            values["SLURM_REST_URL"],
+            token=JwtToken(Path(values["SLURM_JWT_FILE"])),
+            slurm_conf=conf,
+        )
     )
     cenv = dict(os.environ, SLURM_CONF=str(conf))
     flip = [0]

@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.delivery_latency import percentile
 from bench.report import Row
 from daemon.cluster.claims import Budgets, Claims
@@ -130,7 +131,7 @@ def _serve(nodes: int, ready: multiprocessing.Queue[str]) -> None:
 
 
 async def _view_read(url: str, token: Path, rounds: int) -> tuple[float, float]:
-    sink = SlurmSink(url, token=JwtToken(token))
+    sink = SlurmSink(SlurmClient(url, token=JwtToken(token)))
     view = SchedulerView(sink, interval_s=10.0, horizon_s=600.0)
     try:
         await sink.read_state(["gpu00000"])

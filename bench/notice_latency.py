@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.delivery_latency import latency_rows, start_slurm, stop_slurm
 from bench.report import Row
 from daemon.delivery.deliverer import Deliverer
@@ -91,11 +92,11 @@ async def _measure(values: dict[str, str], work: Path, samples: int) -> list[Row
     conf = Path(values["SLURM_CONF"])
     env = dict(os.environ, SLURM_CONF=str(conf))
     ids, markers = _submit(env, work)
-    jobs = SlurmJobs(slurm_conf=conf, timeout_s=20)
+    jobs = SlurmJobs(SlurmClient(None, slurm_conf=conf, timeout_s=20))
     # Running, with the trap set (a USR1 before it would end the job).
     await _poll(lambda: all(Path(f"{m}.ready").exists() for m in markers))
     store = DecisionStore(work / "outbox.sqlite3")
-    sink = SlurmSink(None, slurm_conf=conf, timeout_s=20)
+    sink = SlurmSink(SlurmClient(None, slurm_conf=conf, timeout_s=20))
     deliverer = Deliverer(store, sink, retry_initial_s=0.05, retry_max_s=0.5)
     notices = JobNotices(store, jobs, NoticeSettings(checkpoint_grace_s=3600.0))
     deliverer.on_settled = notices.settled

@@ -24,11 +24,12 @@ import aiohttp
 import orjson
 
 from adapters.schedulers.jobs import JobControl
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
-from adapters.schedulers.slurm_job_list import convert, running_on
-from adapters.schedulers.slurm_jobs import SlurmJobs
-from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.job_list import convert, running_on
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.rest_jobs import SlurmRestJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from bench.delivery_latency import latency_rows
 from bench.report import Row
 from daemon.delivery.notices import JobNotices, NoticeSettings
@@ -99,8 +100,8 @@ async def _rest(work: Path) -> list[Row]:
     token = work / "jwt"
     token.write_text("token-root")
     token.chmod(0o600)
-    sink = SlurmSink(fake.url, token=JwtToken(token))
-    jobs = SlurmRestJobs(sink, SlurmJobs())
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(token)))
+    jobs = SlurmRestJobs(sink.client, SlurmJobs(sink.client))
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": "token-root"}
     try:
         await _notice_latencies(jobs, fake, work / "warm.db")  # warm up

@@ -9,7 +9,7 @@ walks them): a module may import its own layer and the ones below, never above.
 3. cluster: the scheduler view, etcd, the rack leader, the fleet
 4. service, replay: the parts the running daemon is assembled from
 5. http: the API, its bodies, the read-only view it gets of the service
-6. app, status: the Daemon, which wires everything together
+6. app, status, snmp_probe: the Daemon, which wires everything together; probes
 7. cli
 """
 
@@ -26,5 +26,6 @@ LAYERS: dict[str, int] = {
     "http": 5,
     "app": 6,
     "status": 6,
+    "snmp_probe": 6,
     "cli": 7,
 }

@@ -22,8 +22,9 @@ from aiohttp import web
 
 from adapters.base import SchedulerSink, SensorAdapter
 from adapters.errors import SourceError, SourceSetupError
+from adapters.schedulers.backend import Backend
 from adapters.schedulers.base import ReadableSink
-from adapters.schedulers.kubernetes import KubeAuthError
+from adapters.schedulers.kubernetes.client import KubeAuthError
 from daemon.config import Config, read_secret
 from daemon.config.outbox_path import outbox_location
 from daemon.config.policy import policy_settings
@@ -34,7 +35,7 @@ from daemon.delivery.notices import JobNotices
 from daemon.delivery.outbox import DecisionStore, Status
 from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
-from daemon.delivery.sinks import build_job_notices, build_sink
+from daemon.delivery.sinks import build_backend, build_job_notices
 from daemon.http.api import ApiContext, make_app
 from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
@@ -110,11 +111,14 @@ class Daemon:
             built = build_adapters(config, injected=adapters, nvml=nvml)
         except SourceError as err:
             raise StartupError(str(err)) from err
+        # An injected sink stands alone: no job notices, fleet listing or steering.
+        self.backend: Backend | None = None
         if sink is None and config.scheduler is not None:
             try:
-                sink = build_sink(config.scheduler, config.policy.lead_time_s)
+                self.backend = build_backend(config.scheduler, config.policy.lead_time_s)
             except KubeAuthError as err:
                 raise StartupError(f"scheduler: {err}") from err
+            sink = self.backend.sink()
         self.sink = sink
         sched = config.scheduler
         try:
@@ -128,10 +132,7 @@ class Daemon:
             retry_max_s=sched.retry_max_s if sched else 60.0,
             rng=self._rng,
         )
-        try:
-            notices = build_job_notices(sched, config.policy.lead_time_s, sink)
-        except KubeAuthError as err:
-            raise StartupError(f"scheduler: {err}") from err
+        notices = build_job_notices(sched, config.policy.lead_time_s, self.backend)
         self.notices = JobNotices(self.decisions, *notices) if notices else None
         self.reconciler: Reconciler | None = None
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
@@ -169,7 +170,8 @@ class Daemon:
             notices=self.notices,
         )
         self.metrics = Metrics(self.view)
-        self.fleet = build_fleet(config, sink, self.engine, self._rng)
+        lister = self.backend.lister() if self.backend is not None else None
+        self.fleet = build_fleet(config, lister, self.engine, self._rng)
         if self.fleet is not None:
             self.metrics.registry.register(FleetCollector(self.fleet))
         self.leader = build_leader(
@@ -195,7 +197,7 @@ class Daemon:
 
     def _build_steering(self) -> Steering | None:
         """Steering of this node's Weight or label, where the scheduler has one."""
-        built = build_setting(self.sink, self.config.steering)
+        built = build_setting(self.backend, self.config.steering)
         node = self.config.node.name
         if built is None:
             if self.config.steering.enabled:

@@ -70,12 +70,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = _load_for_this_node(args, args.file)
     if config is None:
         return EXIT_CONFIG
-    problems = asyncio.run(_local_source_problems(config, args.nvml))
+    problems, notes = asyncio.run(_source_problems(config, args.nvml))
+    for note in notes:
+        print(f"rackguard: {note}", file=sys.stderr)
     if problems:
         _refuse(args.file, problems)
         return EXIT_CONFIG
     print(f"{args.file}: OK (node {config.node.name}, {len(config.sources)} source(s))")
     return 0
+
+
+async def _source_problems(config: Config, nvml: Any) -> tuple[list[str], list[str]]:
+    """Problems found on the sources' devices, and notes on what was or was not checked."""
+    from daemon.snmp_probe import snmp_source_problems  # noqa: PLC0415
+
+    local = await _local_source_problems(config, nvml)
+    snmp, notes = await snmp_source_problems(config)
+    return local + snmp, notes
 
 
 async def _local_source_problems(config: Config, nvml: Any) -> list[str]:
@@ -134,6 +145,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
+    if args.all_profiles:
+        from daemon.config.snmp import SnmpSourceConfig  # noqa: PLC0415
+        from daemon.snmp_probe import survey  # noqa: PLC0415
+
+        if not isinstance(config.sources[args.source], SnmpSourceConfig):
+            print(f"rackguard: --all-profiles is for SNMP sources; {args.source!r} is not one",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_CONFIG
+        return run_async(survey(config, args.source, as_json=args.json))
     return run_async(_probe(config, args.source, as_json=args.json, nvml=args.nvml))
 
 
@@ -155,13 +175,23 @@ async def _probe(config: Config, name: str, *, as_json: bool, nvml: Any) -> int:
         print(f"rackguard: probe of {name!r} failed: {err or 'timed out'}", file=sys.stderr)
         return EXIT_STARTUP
     for note in getattr(adapter, "notes", ()):  # which profile, what the device lacks
-        print(f"rackguard: {name}: {note}", file=sys.stderr)
+        print(f"rackguard: {name}: {note.removeprefix(f'{name}: ')}", file=sys.stderr)
     now = readings[0].mono if readings else 0.0
     rows = [to_wire(series_of(r, now)) for r in readings]
     if as_json:
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    print(format_table(rows))
+    else:
+        print(format_table(rows))
+    # A device its profile reads nothing useful from is a configuration to fix.
+    degraded = getattr(adapter, "degraded_reason", "")
+    missing = getattr(adapter, "missing", ())
+    if degraded:
+        print(f"rackguard: {name}: {degraded}", file=sys.stderr)
+        print(f"rackguard: {name}: try `rackguard probe {name} --all-profiles`", file=sys.stderr)
+        return EXIT_CONFIG
+    if missing:
+        print(f"rackguard: {name}: not read from this device: {', '.join(missing)}",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -237,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("source")
     probe.add_argument("--config", "-c", type=Path, required=True)
     probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    probe.add_argument(
+        "--all-profiles",
+        action="store_true",
+        help="(SNMP) try every profile on the device and report what each reads",
+    )
     probe.set_defaults(func=cmd_probe)
 
     replay_cmd.add_parser(sub)

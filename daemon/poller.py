@@ -43,7 +43,7 @@ class Health(enum.StrEnum):
 
     STARTING = "starting"  # no attempt finished yet
     UP = "up"
-    DEGRADED = "degraded"  # failing, fewer than down_after times in a row
+    DEGRADED = "degraded"  # failing, fewer than down_after times in a row; or no evidence
     DOWN = "down"
 
 
@@ -96,6 +96,7 @@ class Poller:
         on_failure: Callable[[], Awaitable[None]] | None = None,
         on_attempt: Callable[[float], None] | None = None,
         wake: asyncio.Event | None = None,
+        degraded: Callable[[], str] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         """``interval_s``: seconds between ticks, or a function read at every tick (reloads).
@@ -108,6 +109,8 @@ class Poller:
         failed attempt (drop a broken session). ``on_attempt``: each attempt's
         duration in seconds. ``wake``: set by anyone, it brings the next attempt
         forward to now (the grid starts again there); cleared as each attempt begins.
+        ``degraded``: after a success, why it gave nothing of use ("" if it did):
+        DEGRADED, not UP, with that as ``last_error``.
         """
         self.name = name
         self._update = update
@@ -123,6 +126,7 @@ class Poller:
         self._on_failure = on_failure
         self._on_attempt = on_attempt
         self._wake = wake
+        self._degraded = degraded
         self._rng = rng or random.Random()
         self.health = Health.STARTING
         self.stats = PollStats()
@@ -202,9 +206,13 @@ class Poller:
     def _succeeded(self) -> None:
         self.stats.consecutive_failures = 0
         self.stats.last_success_mono = asyncio.get_running_loop().time()
-        if self.health is not Health.UP:
-            old, self.health = self.health, Health.UP
-            self._on_change(old, Health.UP, "")
+        why = self._degraded() if self._degraded is not None else ""
+        if why:
+            self.stats.last_error = why
+        new = Health.DEGRADED if why else Health.UP
+        if self.health is not new:
+            old, self.health = self.health, new
+            self._on_change(old, new, why)
 
     def _failed(self, message: str) -> None:
         self.stats.failures += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from adapters.schedulers.webhook import WebhookSink
+from adapters.schedulers.webhook.sink import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.app import Daemon
 from daemon.config import Config, parse_config

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from adapters.schedulers.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from adapters.schedulers.webhook.sink import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 
 @dataclass(slots=True)

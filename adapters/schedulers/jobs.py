@@ -94,3 +94,12 @@ class JobControl(Protocol):
 
         (outcome, the scheduler's words); BLOCKED: ask again later.
         """
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandling:
+    """A backend's job control and what its config asks of it."""
+
+    control: JobControl
+    signal: str  # how a job is told: a signal name ("USR1") or the scheduler's own means
+    requeue: bool  # move work still running at the deadline (requeue, evict)

@@ -6,6 +6,7 @@ if nobody changed it in between: ``write`` takes the value it expects to replace
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -19,6 +20,9 @@ class NodeSetting(Protocol):
     @property
     def target(self) -> str:
         """What it is, for logs, the API and the outbox ("slurm weight", "kubernetes label K")."""
+
+    def value(self, bucket: int, weights: Sequence[int]) -> str:
+        """The value that publishes headroom ``bucket`` (0: least); ``weights``, one a bucket."""
 
     async def read(self, node: str) -> str | None:
         """The value now; raises DeliveryError when the scheduler cannot be read."""

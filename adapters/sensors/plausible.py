@@ -33,13 +33,19 @@ PLAUSIBLE: Mapping[SensorKind, tuple[str, float, float]] = MappingProxyType(
         SensorKind.POWER: ("watts", 0.0, 1_000_000.0),
         SensorKind.CURRENT: ("amperes", 0.0, 10_000.0),
         SensorKind.VOLTAGE: ("volts", 0.0, 1_000.0),
+        # A counter since installation: never negative (a MIB's -1 "not measured" is not).
+        SensorKind.ENERGY: ("kilowatt_hours", 0.0, 1e9),
         SensorKind.PUMP_SPEED: ("percent", 0.0, 150.0),
     }
 )
 
 # Ranges for a kind measured in a second unit that cannot be converted to the first.
 ALTERNATE: Mapping[tuple[SensorKind, str], tuple[float, float]] = MappingProxyType(
-    {(SensorKind.PUMP_SPEED, "rpm"): (0.0, 100_000.0)}
+    {
+        (SensorKind.PUMP_SPEED, "rpm"): (0.0, 100_000.0),
+        (SensorKind.ENERGY, "watt_hours"): (0.0, 1e12),
+        (SensorKind.POWER, "volt_amperes"): (0.0, 1_000_000.0),
+    }
 )
 
 

@@ -38,11 +38,13 @@ from adapters.sensors.snmp_profiles import (
     SensorSpec,
     StatusSpec,
     TableSpec,
+    candidate_profiles,
     class_word,
+    evidence_kinds,
+    is_evidence,
     is_profile_path,
     oid_tuple,
     render,
-    select_profile,
     usable_profiles,
 )
 from adapters.sensors.snmp_scaling import Conversion, Missing, conversion
@@ -113,18 +115,30 @@ class SnmpAdapter:
         self._connected = False
         self._logged_profile = ""
         self._logged_absent: frozenset[str] = frozenset()
+        self._logged_missing: tuple[str, ...] | None = None
+        self._candidates: list[Profile] = []
+        self._skipped: list[str] = []
+        self.trials: list[ProfileTrial] = []  # what each candidate profile found at connect
         self.notes: list[str] = []  # what an operator should know after connect (for probe)
+        # Why the last read gave no evidence rackguard uses ("" when it did): the runner
+        # reports such a source as degraded, `probe` exits 2.
+        self.degraded_reason = ""
+        self.missing: list[str] = []  # evidence kinds the profile looks for but did not read
 
     # --- connect ----------------------------------------------------------------------
 
-    async def connect(self) -> None:
-        """Open, identify the device, pick its profile and discover its table rows."""
+    async def _reopen(self) -> None:
+        """A fresh SNMP session (closing one still open)."""
         if self._connected:
             await self.close()
         try:
             await self._client.open()
         except SourceSetupError as err:
             raise SourceSetupError(f"{self.name}: {err}") from err
+
+    async def connect(self) -> None:
+        """Open, identify the device, pick its profile and discover its table rows."""
+        await self._reopen()
         try:
             try:
                 await self._identify()
@@ -138,25 +152,63 @@ class SnmpAdapter:
                 if str(err).startswith(f"{self.name}: "):
                     raise
                 raise type(err)(f"{self.name}: {err}") from err
-            profile = self.profile
-            assert profile is not None
-            self._max_varbinds = min(self._opt.max_varbinds, profile.max_varbinds or 10_000)
-            points = [self._scalar_point(spec) for spec in profile.scalars]
-            for table in profile.tables:
-                points.extend(await self._discover(table))
-            if not points:
-                raise SourceSetupError(
-                    f"{self.name}: profile {profile.id!r} found no sensors on this device"
-                    f" (sysObjectID {self.sys_object_id or '(none)'}, {self.sys_descr[:60]!r});"
-                    " set `profile` in the source's config or write one (docs/pdu-profiles.md)"
-                )
-            self._points = await self._mark_absent(_unique_ids(points))
+            profile = await self._try_candidates()
             self._rebatch()
             self._connected = True
         except BaseException:
             await self._client.close()
             raise
         self._log_connect(profile)
+
+    async def _try_candidates(self) -> Profile:
+        """Discover with each candidate profile until one finds evidence on the device.
+
+        A sysObjectID prefix can be shared by product lines whose tables differ: the
+        longest match is tried first; when it finds nothing rackguard uses, the next
+        (and at last the fallback) is tried, and the trials are kept for `probe`.
+        """
+        self.trials = []
+        found: list[tuple[Profile, list[_Point], list[str]]] = []
+        for profile in self._candidates:
+            points, skipped = await self._discover_profile(profile)
+            trial = ProfileTrial.of(profile, points, skipped)
+            self.trials.append(trial)
+            found.append((profile, points, skipped))
+            if trial.evidence:
+                break
+        polled = [f for f in found if any(not p.absent for p in f[1])]
+        with_evidence = [f for f in polled if any(_is_evidence(p) for p in f[1] if not p.absent)]
+        # A profile that claims the device serves it even when it found nothing: the source
+        # runs degraded and says why (see read), where refusing to connect would stop the
+        # daemon at start. Only the fallback finding nothing means no profile fits.
+        # Without evidence anywhere, the degraded source is reported against the profile
+        # that claims the device (not the generic fallback), preferring one that polls.
+        claimed = [f for f in found if not f[0].fallback or self._opt.profile]
+        ranked = with_evidence or [f for f in claimed if f in polled] or claimed or polled
+        if not ranked:
+            tried = "; ".join(t.summary() for t in self.trials)
+            raise SourceSetupError(
+                f"{self.name}: no profile matches sysObjectID {self.sys_object_id or '(none)'}"
+                f" ({self.sys_descr[:60]!r}) and the fallback found no sensors ({tried});"
+                " run `rackguard probe --all-profiles`, set `profile` in the source's config"
+                " or write one (docs/pdu-profiles.md)"
+            )
+        self.profile, self._points, self._skipped = ranked[0]
+        self._max_varbinds = min(self._opt.max_varbinds, self.profile.max_varbinds or 10_000)
+        return self.profile
+
+    async def _discover_profile(self, profile: Profile) -> tuple[list[_Point], list[str]]:
+        """The points one profile finds on the device, and the rows it skips by name."""
+        self.profile = profile
+        self._skipped = []
+        self._max_varbinds = min(self._opt.max_varbinds, profile.max_varbinds or 10_000)
+        points = [self._scalar_point(spec) for spec in profile.scalars if not spec.skip]
+        self._skipped = [f"{spec.id} ({spec.skip})" for spec in profile.scalars if spec.skip]
+        for table in profile.tables:
+            points.extend(await self._discover(table))
+        if not points:
+            return [], self._skipped
+        return await self._mark_absent(_unique_ids(points)), self._skipped
 
     def _log_connect(self, profile: Profile) -> None:
         """Which profile serves this device, and which sensors it lacks: once, and on change."""
@@ -167,6 +219,10 @@ class SnmpAdapter:
             f" sysObjectID {self.sys_object_id or '(none)'} ({self.sys_descr[:60]!r});"
             f" verified with {verified}"
         )
+        order = [t.profile for t in self.trials]
+        passed = [p.id for p in order[: order.index(profile)]] if profile in order else []
+        if passed:  # a longer match read nothing here: worth a line in the log
+            served += f" (tried first, found nothing rackguard uses: {', '.join(passed)})"
         if served != self._logged_profile:
             log.info("%s; %d sensors", served, len(self._points))
             self._logged_profile = served
@@ -181,6 +237,11 @@ class SnmpAdapter:
             if absent:
                 log.info("%s: %s", self.name, self.notes[-1])
             self._logged_absent = absent
+        if self._skipped:
+            self.notes.append(f"skipped by the profile: {'; '.join(self._skipped)}")
+        for trial in self.trials:
+            if trial.profile is not profile:
+                self.notes.append(f"also tried {trial.summary()}")
 
     def _load_profiles(self) -> list[Profile]:
         if self._profiles is None:
@@ -190,21 +251,26 @@ class SnmpAdapter:
                 raise SourceSetupError(f"{self.name}: {err}") from err
         return self._profiles
 
-    async def _identify(self) -> None:
+    async def _read_identity(self) -> None:
         request = self._client.prepare_get([SYS_OBJECT_ID, SYS_DESCR])
         oid_value, descr = await self._client.get(request)
         self.sys_descr = text(descr)
         self.sys_object_id = oid_text(oid_value)
+
+    async def _identify(self) -> None:
+        await self._read_identity()
         profiles = self._load_profiles()
         wanted = self._opt.profile
         if is_profile_path(wanted):
             self.profile = profiles[0]
+            self._candidates = [profiles[0]]
             return
         try:
             sys_oid = oid_tuple(self.sys_object_id)
         except ValueError:
             sys_oid = ()
-        profile = select_profile(profiles, sys_oid, wanted)
+        self._candidates = candidate_profiles(profiles, sys_oid, wanted)
+        profile = self._candidates[0] if self._candidates else None
         if profile is None:
             known = ", ".join(sorted(p.id for p in profiles))
             raise SourceSetupError(
@@ -316,6 +382,10 @@ class SnmpAdapter:
                     continue
                 claimed.add(spec.value)
                 values = {**base, "class": class_word(spec.kind)}
+                if spec.skip:
+                    safe = {k: _safe(v) for k, v in values.items()}
+                    self._skipped.append(f"{render(spec.id, safe)} ({spec.skip})")
+                    continue
                 points.append(self._point(spec, oid_tuple(spec.value) + index, values, base))
         return points
 
@@ -398,7 +468,33 @@ class SnmpAdapter:
         return first + second
 
     async def read(self) -> Sequence[Reading]:
-        """One poll of every sensor, within poll_deadline_s."""
+        """One poll of every sensor, within poll_deadline_s; judges what it gave (see
+        degraded_reason and missing)."""
+        out = await self._poll()
+        self._judge_coverage(out)
+        return out
+
+    async def survey(self) -> list[tuple[ProfileTrial, list[Reading]]]:
+        """Every profile this source could use, each tried on the device and read once.
+
+        For `probe --all-profiles`: which profile reads what, whatever the sysObjectID.
+        Leaves the adapter closed.
+        """
+        await self._reopen()
+        out = []
+        try:
+            await self._read_identity()
+            for profile in self._load_profiles():
+                points, skipped = await self._discover_profile(profile)
+                self._points = points
+                self._rebatch()
+                self._connected = True
+                out.append((ProfileTrial.of(profile, points, skipped), list(await self._poll())))
+        finally:
+            await self.close()
+        return out
+
+    async def _poll(self) -> list[Reading]:
         if not self._connected:
             raise SourceUnavailable(f"{self.name}: not connected; call connect() first")
         mono, wall = time.monotonic(), time.time()
@@ -426,6 +522,42 @@ class SnmpAdapter:
             self._rebatch()
         return out
 
+    def _judge_coverage(self, readings: Sequence[Reading]) -> None:
+        """Set degraded_reason and missing from one poll; log a change of either, once."""
+        assert self.profile is not None
+        wanted = evidence_kinds(self.profile)
+        good = {r.kind.value for r in readings if r.quality is Quality.GOOD and _good_evidence(r)}
+        self.missing = [k for k in wanted if k not in good]
+        why = {k: _why_not(k, readings) for k in self.missing}
+        if good:
+            self.degraded_reason = ""
+        else:
+            looked = ", ".join(wanted) or "no kind rackguard uses"
+            found = "; ".join(f"{k}: {w}" for k, w in why.items()) or "nothing"
+            self.degraded_reason = (
+                f"profile {self.profile.id} ({self.profile.path}) reads nothing rackguard uses"
+                f" from this device (sysObjectID {self.sys_object_id or '(none)'}): looked for"
+                f" {looked}; found {found}"
+            )
+        key = (self.degraded_reason, *self.missing)
+        if key != self._logged_missing:
+            # INFO: the runner reports a degraded source at ERROR, `probe` on stderr.
+            if self.degraded_reason:
+                log.info("%s: %s", self.name, self.degraded_reason)
+            elif self.missing:
+                log.info(
+                    "%s: profile %s reads %s but not %s",
+                    self.name,
+                    self.profile.id,
+                    ", ".join(sorted(good)),
+                    "; ".join(f"{k} ({w})" for k, w in why.items()),
+                )
+            elif self._logged_missing is not None:
+                log.info(
+                    "%s: profile %s now reads every kind it looks for", self.name, self.profile.id
+                )
+            self._logged_missing = key
+
     def _emit(
         self,
         out: list[Reading],
@@ -445,11 +577,14 @@ class SnmpAdapter:
             raw = values[k]
             k += 1
             conv = point.conv
-            result = conv.apply(decode(raw)) if isinstance(conv, Conversion) else conv
+            value = decode(raw)
+            result = conv.apply(value) if isinstance(conv, Conversion) else conv
             if point.status is not None:
                 state = decode(values[k])
                 k += 1
-                if isinstance(result, float):
+                # The device's own word on the row outranks what its value looks like
+                # (out of range), but not the MIB's documented "no value" sentinel.
+                if not (isinstance(conv, Conversion) and conv.is_sentinel(value)):
                     result = _status_problem(point.status, state) or result
             if isinstance(result, float):
                 out.append(
@@ -517,3 +652,51 @@ def _unique_ids(points: list[_Point]) -> list[_Point]:
         else:
             out.append(p)
     return out
+
+
+def _is_evidence(point: _Point) -> bool:
+    return is_evidence(point.kind, point.unit)
+
+
+def _good_evidence(reading: Reading) -> bool:
+    return is_evidence(reading.kind, reading.unit)
+
+
+def _why_not(kind: str, readings: Sequence[Reading]) -> str:
+    """Why a poll has no GOOD reading of a kind: each distinct reason once, with a count."""
+    reasons: dict[str, int] = {}
+    for r in readings:
+        if r.kind.value == kind and _good_evidence(r):
+            reasons[r.reason or r.quality.value] = reasons.get(r.reason or r.quality.value, 0) + 1
+    if not reasons:
+        return "no row on this device"
+    return ", ".join(f"{n}x {why}" if n > 1 else why for why, n in sorted(reasons.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileTrial:
+    """What one candidate profile found on a device at connect."""
+
+    profile: Profile
+    found: int  # sensors found in its tables and scalars
+    polled: int  # of those, the ones the device implements
+    evidence: tuple[str, ...]  # evidence kinds among the polled
+    skipped: int
+
+    @classmethod
+    def of(cls, profile: Profile, points: list[_Point], skipped: list[str]) -> ProfileTrial:
+        polled = [p for p in points if not p.absent]
+        evidence = sorted({p.kind.value for p in polled if _is_evidence(p)})
+        return cls(profile, len(points), len(polled), tuple(evidence), len(skipped))
+
+    def summary(self) -> str:
+        """One line: the profile, what it looked for, what it found."""
+        looked = ", ".join(evidence_kinds(self.profile)) or "no kind rackguard uses"
+        if not self.found:
+            got = "found no rows"
+        else:
+            got = f"found {self.polled} sensor(s) on the device"
+            if self.polled < self.found:
+                got += f" ({self.found - self.polled} more not on it)"
+            got += f", evidence: {', '.join(self.evidence) or 'none'}"
+        return f"profile {self.profile.id} (looked for {looked}): {got}"

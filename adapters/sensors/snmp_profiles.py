@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 _OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 _TEMPLATE_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-SCALE_MODES = ("decimal_digits", "signed_factor", "si_prefix")
+SCALE_MODES = ("decimal_digits", "signed_factor", "si_prefix", "divisor")
 TRANSFORMS = ("fahrenheit_to_celsius",)
 
 _TEMPERATURE_KINDS = frozenset(
@@ -104,12 +104,14 @@ class SensorSpec:
     offset: float = 0.0  # added after divisor and multiplier
     scales: tuple[Scale, ...] = ()
     transform: str = ""  # one of TRANSFORMS, applied last
-    sentinels: frozenset[int] = frozenset()  # raw values meaning "no probe fitted"
+    sentinels: frozenset[int] = frozenset()  # raw values the MIB gives for "no value"
+    sentinel_means: str = "no probe fitted"  # what the MIB says such a value means
     low: float | None = None
     high: float | None = None
     labels: Mapping[str, str] = field(default_factory=dict)  # values are templates
     match: Mapping[str, re.Pattern[str]] = field(default_factory=dict)  # field -> regex
     status: StatusSpec | None = None
+    skip: str = ""  # why rows this entry claims are deliberately not read (e.g. VA, var)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,8 @@ class Profile:
     max_varbinds: int | None = None
     fallback: bool = False  # used when no other profile matches
     verified_with: str = ""
+    products: str = ""  # the product lines whose tables the profile reads
+    mib: str = ""  # the MIB modules and revisions the profile was checked against
     path: str = ""
     site: bool = False  # from the source's profile_dir (wins over a shipped profile)
 
@@ -238,14 +242,14 @@ class _Reader:
 
 _SENSOR_KEYS = frozenset(
     {"id", "kind", "unit", "divisor", "multiplier", "offset", "scale", "transform", "sentinels"}
-    | {"min", "max", "labels", "match", "status"}
+    | {"min", "max", "labels", "match", "status", "skip", "sentinel_means"}
 )
 _SCALE_KEYS = frozenset({"field", "mode"})
 _STATUS_KEYS = frozenset({"oid", "column", "good", "names"})
 _TABLE_KEYS = frozenset({"id", "walk", "fields", "constants", "where", "sensor"})
 _PROFILE_KEYS = frozenset(
     {"id", "vendor", "model", "match", "sensor", "table", "max_repetitions", "max_varbinds"}
-    | {"fallback", "verified_with"}
+    | {"fallback", "verified_with", "products", "mib"}
 )
 
 
@@ -302,6 +306,9 @@ def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
     sentinels = r.get("sentinels", list, [])
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in sentinels):
         raise r.fail("sentinels", "must be a list of integers (raw values)")
+    sentinel_means = r.get("sentinel_means", str, "no probe fitted")
+    if not sentinel_means.strip():
+        raise r.fail("sentinel_means", "must say what a sentinel means, e.g. 'not measured'")
     divisor = r.number("divisor", 1.0)
     if divisor == 0:
         raise r.fail("divisor", "must not be 0")
@@ -316,11 +323,13 @@ def _sensor(r: _Reader, value_key: str, names: set[str]) -> SensorSpec:
         scales=tuple(scales),
         transform=transform,
         sentinels=frozenset(sentinels),
+        sentinel_means=sentinel_means,
         low=r.number("min", low_default),
         high=r.number("max", high_default),
         labels=r.str_map("labels"),
         match=r.regex_map("match"),
         status=_status(r, "column" if value_key == "value" else "oid"),
+        skip=r.get("skip", str, ""),
     )
     label_names = set(spec.labels)
     for ref in template_names(spec.id) - names - label_names:
@@ -401,6 +410,8 @@ def parse_profile(data: Mapping[str, Any], source: str) -> Profile:
         max_varbinds=max_vb,
         fallback=fallback,
         verified_with=r.get("verified_with", str, ""),
+        products=r.get("products", str, ""),
+        mib=r.get("mib", str, ""),
         path=source,
     )
     r.done()
@@ -487,25 +498,51 @@ def usable_profiles(profile: str, profile_dir: Path | None) -> list[Profile]:
     return profiles
 
 
-def select_profile(
+def candidate_profiles(
     profiles: list[Profile], sys_object_id: tuple[int, ...], override: str = ""
-) -> Profile | None:
-    """The override (by id) if given, else the longest sysObjectID prefix, else a fallback.
+) -> list[Profile]:
+    """The profiles to try on a device, best first: the override (by id) alone if given,
+    else every profile whose prefix matches, longest prefix first, then the fallbacks.
 
     Between prefixes of one length the earlier profile wins: load_profiles puts the
     site's first.
     """
     if override:
-        for p in profiles:
-            if p.id == override:
-                return p
-        return None
-    best: Profile | None = None
-    best_len = 0
-    for p in profiles:
-        n = p.matches(sys_object_id)
-        if n > best_len:
-            best, best_len = p, n
-    if best is None:
-        best = next((p for p in profiles if p.fallback), None)
-    return best
+        return [p for p in profiles if p.id == override][:1]
+    matching = [p for p in profiles if p.matches(sys_object_id)]
+    matching.sort(key=lambda p: -p.matches(sys_object_id))  # stable: site profiles first
+    return matching + [p for p in profiles if p.fallback and p not in matching]
+
+
+def select_profile(
+    profiles: list[Profile], sys_object_id: tuple[int, ...], override: str = ""
+) -> Profile | None:
+    """The first of candidate_profiles, or None when no profile could serve the device."""
+    candidates = candidate_profiles(profiles, sys_object_id, override)
+    return candidates[0] if candidates else None
+
+
+# What rackguard's policies take as rack evidence. A source whose profile reads none of
+# these from its device gives no evidence at all and is reported degraded.
+EVIDENCE_KINDS = frozenset(
+    {
+        SensorKind.INLET_TEMPERATURE,
+        SensorKind.AIR_TEMPERATURE,
+        SensorKind.HUMIDITY,
+        SensorKind.POWER,
+        SensorKind.COOLANT_SUPPLY_TEMPERATURE,
+        SensorKind.COOLANT_RETURN_TEMPERATURE,
+        SensorKind.COOLANT_FLOW,
+    }
+)
+
+
+def is_evidence(kind: SensorKind, unit: str) -> bool:
+    """True for a kind the policies use, in the unit they use it in (not VA for power)."""
+    return kind in EVIDENCE_KINDS and DEFAULT_UNITS.get(kind) == unit
+
+
+def evidence_kinds(profile: Profile) -> list[str]:
+    """The evidence kinds a profile looks for, sorted by name."""
+    specs = [*profile.scalars, *(s for t in profile.tables for s in t.sensors)]
+    return sorted({s.kind.value for s in specs if not s.skip and is_evidence(s.kind, s.unit)})

@@ -29,9 +29,17 @@ class Conversion:
     offset: float
     fahrenheit: bool
     sentinels: frozenset[int]
+    sentinel_means: str
     low: float | None
     high: float | None
     unit: str
+
+    def is_sentinel(self, raw: RawValue) -> bool:
+        """True for a raw value the MIB documents as "no value" (see sentinels)."""
+        if isinstance(raw, bytes):
+            number = _number_from_text(raw)
+            return number is not None and number.is_integer() and int(number) in self.sentinels
+        return isinstance(raw, int) and raw in self.sentinels
 
     def apply(self, raw: RawValue) -> float | str:
         """The value in the sensor's unit, or a reason string when it is BAD."""
@@ -42,10 +50,10 @@ class Conversion:
             if number is None:
                 return f"not a number: OctetString {_show(raw)}"
             if number.is_integer() and int(number) in self.sentinels:
-                return f"no probe fitted (sentinel {int(number)})"
+                return f"{self.sentinel_means} (sentinel {int(number)})"
         else:
             if raw in self.sentinels:
-                return f"no probe fitted (sentinel {raw})"
+                return f"{self.sentinel_means} (sentinel {raw})"
             number = float(raw)
         value = number / self.divisor * self.multiplier + self.offset
         if self.fahrenheit:
@@ -95,6 +103,10 @@ def scale_factor(scale: Scale, text: str) -> tuple[float, float] | str:
         if n == 0:
             return f"scale field {scale.field!r} is 0"
         return (1.0, float(-n)) if n < 0 else (float(n), 1.0)
+    if scale.mode == "divisor":  # APC coolingUnit tables: 215, 10 -> 21.5
+        if n <= 0:
+            return f"scale field {scale.field!r} is {n}, not a divisor"
+        return (1.0, float(n))
     # si_prefix (ENTITY-SENSOR-MIB): 9 = units, 8 = milli, 10 = kilo, ...
     exponent = 3 * (n - 9)
     return (1.0, 10.0**-exponent) if exponent < 0 else (10.0**exponent, 1.0)
@@ -115,6 +127,7 @@ def conversion(spec: SensorSpec, fields: Mapping[str, str]) -> Conversion | str:
         offset=spec.offset,
         fahrenheit=spec.transform == "fahrenheit_to_celsius",
         sentinels=spec.sentinels,
+        sentinel_means=spec.sentinel_means,
         low=spec.low,
         high=spec.high,
         unit=spec.unit,

@@ -16,9 +16,8 @@ from daemon.config.cluster import ClusterConfig
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import (
-    KubernetesSchedulerConfig,
+    NO_NODE_SETTING,
     SchedulerConfig,
-    SlurmSchedulerConfig,
     WebhookSchedulerConfig,
 )
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
@@ -165,24 +164,12 @@ class Config:
         for name in self.sources:
             if not name.replace("-", "_").isidentifier():
                 yield f"sources.{name}", "source names may hold letters, digits, '-' and '_'"
-        sched = self.scheduler
-        if (
-            isinstance(sched, SlurmSchedulerConfig)
-            and sched.checkpoint_grace_s >= self.policy.lead_time_s
-        ):
-            yield (
-                "scheduler.checkpoint_grace_s",
-                f"must be below policy.lead_time_s ({self.policy.lead_time_s:g}): the jobs "
-                "must be requeued before the forecast trouble arrives",
+        if self.scheduler is not None:
+            yield from self.scheduler.cross_problems(
+                lead_time_s=self.policy.lead_time_s, steering=self.steering.enabled
             )
-        if self.steering.enabled and not isinstance(
-            sched, SlurmSchedulerConfig | KubernetesSchedulerConfig
-        ):
-            yield (
-                "steering.enabled",
-                "steering needs [scheduler] type 'slurm' (node Weight) or 'kubernetes'"
-                " (node label); set enabled = false",
-            )
+        elif self.steering.enabled:
+            yield "steering.enabled", NO_NODE_SETTING
 
 
 def parse_config(text: str, *, origin: str = "<config>") -> Config:

@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from adapters.schedulers.backend import Backend
 from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState
+from adapters.schedulers.kubernetes.backend import KubernetesBackend
+from adapters.schedulers.kubernetes.client import KubeClient, connection
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.backend import SlurmBackend
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.webhook.backend import WebhookBackend
+from adapters.schedulers.webhook.sink import WebhookSink
 from daemon.config.outbox_path import location_problem, outbox_location
-from daemon.config.secrets import resolve_secret, secret_problem
+from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
 
 _TAINT_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -23,6 +31,11 @@ def _url_problem(url: str) -> str | None:
         return f"must be an http:// or https:// URL, got {url!r}"
     return None
 
+
+NO_NODE_SETTING = (
+    "steering needs [scheduler] type 'slurm' (node Weight) or 'kubernetes'"
+    " (node label); set enabled = false"
+)
 
 # A notice must leave the job able to checkpoint: never one that ends or stops it.
 _NOT_A_NOTICE = {"KILL", "STOP", "TERM", "INT", "QUIT", "ABRT", "SEGV", "BUS", "FPE", "ILL"}
@@ -85,6 +98,12 @@ class NoticeGraceSettings(DeliverySettings):
             return self.checkpoint_grace_s
         return max(lead_time_s - self.checkpoint_margin_s, self.critical_grace_s)
 
+    def cross_problems(self, *, lead_time_s: float, steering: bool) -> Problems:
+        """Checks against the rest of the config (keys named from the top): by default,
+        a scheduler without a node setting cannot be steered."""
+        if steering:
+            yield "steering.enabled", NO_NODE_SETTING
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookSchedulerConfig(NoticeGraceSettings):
@@ -105,6 +124,16 @@ class WebhookSchedulerConfig(NoticeGraceSettings):
         if problem:
             yield "secret_file", problem
         yield from self.delivery_problems()
+
+    def backend(self, lead_time_s: float) -> Backend:
+        """The signed POST, its secret read now."""
+        sink = WebhookSink(
+            self.url,
+            read_secret(self.secret_file),
+            timeout_s=self.timeout_s,
+            grace_s=(self.grace_s(lead_time_s), self.critical_grace_s),
+        )
+        return WebhookBackend(sink)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +201,46 @@ class SlurmSchedulerConfig(NoticeGraceSettings):
             yield "notice_signal", problem
         yield from self.delivery_problems()
 
+    def cross_problems(self, *, lead_time_s: float, steering: bool) -> Problems:
+        """The jobs' grace must end before the forecast trouble arrives."""
+        if self.checkpoint_grace_s >= lead_time_s:
+            yield (
+                "scheduler.checkpoint_grace_s",
+                f"must be below policy.lead_time_s ({lead_time_s:g}): the jobs "
+                "must be requeued before the forecast trouble arrives",
+            )
+
+    def backend(self, lead_time_s: float) -> Backend:
+        """One client (slurmrestd where rest_url is set, and the commands) for everything."""
+        token = None
+        if self.token_file is not None:
+            token = JwtToken(
+                resolve_secret(self.token_file),
+                refresh_command=self.token_refresh_command,
+                refresh_before_s=self.token_refresh_before_s,
+                timeout_s=self.timeout_s,
+            )
+        client = SlurmClient(
+            self.rest_url or None,
+            token=token,
+            user=self.user,
+            auth=self.auth,
+            api_version=self.api_version or None,
+            write_via=self.write_via,
+            scontrol=self.scontrol,
+            slurm_conf=self.slurm_conf,
+            timeout_s=self.timeout_s,
+        )
+        return SlurmBackend(
+            client,
+            exclude_state=self.exclude_state,
+            squeue=self.squeue,
+            scancel=self.scancel,
+            notice_scope=self.notice_scope,
+            notice_signal=self.notice_signal,
+            requeue=self.requeue,
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KubernetesSchedulerConfig(NoticeGraceSettings):
@@ -229,6 +298,29 @@ class KubernetesSchedulerConfig(NoticeGraceSettings):
             yield "taint_key", f"not a valid taint key: {self.taint_key!r}"
         yield from self.delivery_problems()
 
+    def cross_problems(self, *, lead_time_s: float, steering: bool) -> Problems:
+        """None: steering writes a node label."""
+        yield from ()
 
-# One arm per scheduler type (the `type` key picks it).
+    def backend(self, lead_time_s: float) -> Backend:
+        """One API client for everything; KubeAuthError when it cannot be resolved."""
+        conn = connection(
+            api_url=self.api_url,
+            token_file=resolve_secret(self.token_file) if self.token_file else None,
+            ca_file=self.ca_file,
+            kubeconfig=self.kubeconfig,
+            insecure_skip_tls_verify=self.insecure_skip_tls_verify,
+        )
+        return KubernetesBackend(
+            KubeClient(conn, timeout_s=self.timeout_s),
+            taint_key=self.taint_key,
+            exclude_state=self.exclude_state,
+            record_events=self.record_events,
+            evict=self.evicts,
+        )
+
+
+# The scheduler backends by name: one arm per `type` (the key picks the arm when the
+# config is read; the arm's backend() builds adapters/schedulers/<type>/). A new
+# scheduler is its package there, its config class here and one arm.
 SchedulerConfig = WebhookSchedulerConfig | SlurmSchedulerConfig | KubernetesSchedulerConfig

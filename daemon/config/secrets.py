@@ -69,5 +69,19 @@ def resolve_secret(path: Path) -> Path:
         return Path(creds) / path
     copy = Path(creds) / path.name
     if not os.access(path, os.R_OK) and copy.is_file():
+        if _missing(path) and not copy.read_bytes().strip():
+            # The unit's blank SetCredential= default: LoadCredential= found no
+            # file. Name the missing file, not systemd's blank stand-in.
+            return path
         return copy
     return path
+
+
+def _missing(path: Path) -> bool:
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False

@@ -79,6 +79,9 @@ class Ready:
     simulated: bool
     # Degraded coordination does not make the agent unready: it still protects its node.
     cluster: ClusterStatus | UnsetType = UNSET
+    # Sources that fail, or answer without evidence (a PDU its profile reads nothing
+    # from): source -> why; absent when none. They do not make the agent unready.
+    degraded: dict[str, str] | UnsetType = UNSET
 
 
 @dataclass(frozen=True, slots=True)

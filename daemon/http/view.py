@@ -171,7 +171,9 @@ class ServiceView:
 
     def readiness(self) -> Ready:
         """The /readyz body: every source reported once, the store and delivery healthy."""
-        sources = {s.name: s.reported for s in self.sources()}
+        statuses = self.sources()
+        sources = {s.name: s.reported for s in statuses}
+        degraded = {s.name: s.last_error for s in statuses if s.health == "degraded"}
         problems = self.problems()
         error = self.storage_error
         cluster = self._cluster()
@@ -182,6 +184,7 @@ class ServiceView:
             problems=problems,
             simulated=self.simulated,
             cluster=UNSET if cluster is None else cluster,
+            degraded=degraded or UNSET,
         )
 
     async def decision_page(self, query: LogQuery) -> tuple[list[LogItem], str | None]:

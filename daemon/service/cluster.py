@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from adapters.base import SchedulerSink
 from adapters.schedulers.listing import NodeLister
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdClient
@@ -43,15 +42,18 @@ def build_leader(
 
 
 def build_fleet(
-    config: Config, sink: SchedulerSink | None, engine: PolicyEngine, rng: random.Random
+    config: Config, lister: NodeLister | None, engine: PolicyEngine, rng: random.Random
 ) -> Fleet | None:
-    """The fleet for this config (None: a lone agent, as before), wired into ``engine``."""
+    """The fleet for this config (None: a lone agent, as before), wired into ``engine``.
+
+    ``lister``: the scheduler backend's node listing, where it has one.
+    """
     c = config.cluster
     view = None
-    if c.view_interval_s > 0 and isinstance(sink, NodeLister):
+    if c.view_interval_s > 0 and lister is not None:
         s = engine.settings
         view = SchedulerView(
-            sink,
+            lister,
             interval_s=c.view_interval_s,
             horizon_s=max(s.storm_window_s, s.resume_window_s),
             racks={**c.rack_of(), config.node.name: config.node.rack},

@@ -60,6 +60,7 @@ class SourceRunner:
             describe=self._describe,
             on_failure=self._reset,
             on_attempt=self._attempted,
+            degraded=self._degraded,
             rng=rng,
         )
 
@@ -123,7 +124,15 @@ class SourceRunner:
             log.error("%s: adapter error, treated as a failed poll", self.name, exc_info=err)
         return f"adapter error: {type(err).__name__}: {err}"
 
+    def _degraded(self) -> str:
+        # A device that answers but gives nothing rackguard uses (a PDU whose profile
+        # reads no probe, no power) is degraded, not up; the adapter says why.
+        return str(getattr(self.adapter, "degraded_reason", ""))
+
     def _changed(self, old: Health, new: Health, message: str) -> None:
+        if new is Health.DEGRADED and not self.stats.consecutive_failures:
+            log.error("%s: source answers but is degraded: %s", self.name, message)
+            return
         if new is Health.UP:
             if old is Health.STARTING:
                 log.info("%s: source up", self.name)

@@ -3,7 +3,7 @@
 Opt-in ([steering] enabled). Every ``interval_s`` the policy's latest headroom
 (policies/headroom.py, NodeHeadroom) becomes a bucket (policies/steering.py,
 with hysteresis) and the bucket a value of a node setting: a Slurm Weight or a
-Kubernetes label (adapters/schedulers/steering_*.py). The rules:
+Kubernetes label (adapters/schedulers/slurm/weight.py, kubernetes/label.py). The rules:
 
 1. Only a trusted headroom acts (every GPU read and estimated); otherwise the
    setting stays as it is.
@@ -35,11 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.base import DeliveryError
-from adapters.schedulers.kubernetes import KubernetesSink
+from adapters.schedulers.backend import Backend
 from adapters.schedulers.node_setting import NodeSetting, SettingChanged
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.steering_kubernetes import KubeNodeLabel
-from adapters.schedulers.steering_slurm import SlurmWeight
 from daemon.clock import UnixTime
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
@@ -387,11 +384,10 @@ def _too_soon(row: SteeringRow, now: float, cfg: SteeringConfig) -> bool:
 
 
 def build_setting(
-    sink: object, cfg: SteeringConfig
+    backend: Backend | None, cfg: SteeringConfig
 ) -> tuple[NodeSetting, Callable[[SteeringConfig, int], str]] | None:
-    """The setting steering writes for this sink, and a bucket's value; None: none to steer."""
-    if isinstance(sink, SlurmSink):
-        return SlurmWeight(sink), lambda c, bucket: str(c.weights[bucket])
-    if isinstance(sink, KubernetesSink):
-        return KubeNodeLabel(sink, cfg.label_key), lambda c, bucket: str(bucket)
-    return None
+    """The setting steering writes for this backend, and a bucket's value; None: none to steer."""
+    setting = backend.node_setting(cfg.label_key) if backend is not None else None
+    if setting is None:
+        return None
+    return setting, lambda c, bucket: setting.value(bucket, c.weights)

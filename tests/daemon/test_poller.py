@@ -229,3 +229,26 @@ async def test_a_wake_brings_the_next_attempt_forward_and_restarts_the_grid() ->
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert update.calls == pytest.approx([0.0, 3.0, 13.0, 23.0])
+
+
+@virtual_time
+async def test_a_success_that_gives_nothing_of_use_is_degraded_once() -> None:
+    why = ["no probe read"]
+    changes: list[tuple[Health, Health, str]] = []
+    poller = Poller(
+        "p",
+        Script(),
+        interval_s=1.0,
+        degraded=lambda: why[0],
+        on_change=lambda old, new, w: changes.append((old, new, w)),
+    )
+    for _ in range(3):
+        assert await poller.attempt()
+    assert poller.health is Health.DEGRADED and poller.stats.last_error == "no probe read"
+    why[0] = ""
+    assert await poller.attempt()
+    assert changes == [
+        (Health.STARTING, Health.DEGRADED, "no probe read"),
+        (Health.DEGRADED, Health.UP, ""),
+    ]
+    assert poller.stats.failures == 0

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from adapters.base import SchedulerSink
-from adapters.schedulers.webhook import WebhookSink
+from adapters.schedulers.webhook.sink import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.app import Daemon
 from daemon.config import parse_config

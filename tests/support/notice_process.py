@@ -13,8 +13,9 @@ import logging
 import sys
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_jobs import SlurmJobs
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.jobs import SlurmJobs
+from adapters.schedulers.slurm.sink import SlurmSink
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore
@@ -24,10 +25,12 @@ from tests.support.delivery import decision
 
 async def main(outbox: str, conf: str, node: str, grace_s: float, action: str) -> None:
     store = DecisionStore(outbox)
-    sink = SlurmSink(None, slurm_conf=Path(conf), exclude_state="drain", timeout_s=20.0)
+    sink = SlurmSink(
+        SlurmClient(None, slurm_conf=Path(conf), timeout_s=20.0), exclude_state="drain"
+    )
     deliverer = Deliverer(store, sink, retry_initial_s=0.05, retry_max_s=0.5)
     settings = NoticeSettings(checkpoint_grace_s=grace_s, critical_grace_s=grace_s)
-    notices = JobNotices(store, SlurmJobs(slurm_conf=Path(conf), timeout_s=20.0), settings)
+    notices = JobNotices(store, SlurmJobs(sink.client), settings)
     deliverer.on_settled = notices.settled
     if action:
         store.submit(decision(node, Action(action)))

@@ -1,6 +1,6 @@
 """The JobControl port, scripted, for tests of what the store and the API do with notices.
 
-Slurm itself is tested with real batch jobs (tests/adapters/schedulers/test_slurm_jobs.py).
+Slurm itself is tested with real batch jobs (tests/adapters/schedulers/slurm/test_slurm_jobs.py).
 """
 
 from __future__ import annotations

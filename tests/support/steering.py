@@ -1,7 +1,7 @@
 """Drive daemon/service/steering.py by hand: a headroom, a clock and a config the test sets.
 
 A pytest plugin (tests/conftest.py loads it): ``knobs``, and ``steer``, the
-steering of the test module's ``NODE`` through the module's ``sink`` fixture,
+steering of the test module's ``NODE`` through the module's ``backend`` fixture,
 on an outbox of the test's own.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.schedulers.backend import Backend
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
 from daemon.service.steering import Steering, build_setting
@@ -43,9 +44,9 @@ class Knobs:
         self.config = dataclasses.replace(self.config, **changes)  # type: ignore[arg-type]
 
 
-def steering(node: str, sink: object, store: DecisionStore, knobs: Knobs) -> Steering:
-    """Steering as the daemon builds it for ``sink``, reading ``knobs``."""
-    built = build_setting(sink, knobs.config)
+def steering(node: str, backend: Backend, store: DecisionStore, knobs: Knobs) -> Steering:
+    """Steering as the daemon builds it for ``backend``, reading ``knobs``."""
+    built = build_setting(backend, knobs.config)
     assert built is not None
     setting, value_of = built
     return Steering(
@@ -69,10 +70,10 @@ def knobs() -> Knobs:
 
 @pytest.fixture
 def steer(request: pytest.FixtureRequest, tmp_path: Path, knobs: Knobs) -> Iterator[Steering]:
-    """Steering of the module's ``NODE`` through its ``sink`` fixture."""
-    sink = request.getfixturevalue("sink")
+    """Steering of the module's ``NODE`` through its ``backend`` fixture."""
+    backend = request.getfixturevalue("backend")
     store = DecisionStore(tmp_path / "outbox.sqlite3")
     try:
-        yield steering(request.module.NODE, sink, store, knobs)
+        yield steering(request.module.NODE, backend, store, knobs)
     finally:
         store.close()

@@ -13,9 +13,11 @@ from aiohttp import web
 
 from adapters.base import DeliveryError, SchedulerSink, http_error
 from adapters.schedulers.command import OUTPUT_LIMIT, OutputTooLarge, run_command
-from adapters.schedulers.kubernetes import KubernetesSink, connection
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.webhook import WebhookSink
+from adapters.schedulers.kubernetes.client import KubeClient, connection
+from adapters.schedulers.kubernetes.sink import KubernetesSink
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
+from adapters.schedulers.webhook.sink import WebhookSink
 from policies.model import Action
 from tests.support.delivery import decision
 from tests.support.secrets import WEBHOOK_SECRET
@@ -98,9 +100,9 @@ async def test_a_huge_error_body_is_read_to_a_few_kib_by_every_sink(
     if kind == "webhook":
         sink = WebhookSink(f"{url}/hook", WEBHOOK_SECRET)
     elif kind == "slurm":
-        sink = SlurmSink(url, timeout_s=30)
+        sink = SlurmSink(SlurmClient(url, timeout_s=30))
     else:
-        sink = KubernetesSink(connection(api_url=url, token_file=token), timeout_s=30)
+        sink = KubernetesSink(KubeClient(connection(api_url=url, token_file=token), timeout_s=30))
     try:
         with pytest.raises(DeliveryError) as info:
             await sink.deliver(decision("gpu01", Action.DRAIN))

@@ -11,6 +11,7 @@ import asyncio
 import csv
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from adapters.sensors.snmp import SnmpAdapter
 from adapters.sensors.snmp_client import V2cClient
 from fakes.snmp_recording import SnmpsimServer
-from policies.model import Quality, SensorKind
+from policies.model import Quality, Reading, SensorKind
 from tests.support.paths import SHARED_DATA
 
 DATA = SHARED_DATA / "snmp"
@@ -145,3 +146,51 @@ async def test_garbage_values_are_bad_readings_not_exceptions() -> None:
     # The decimal-digits column is junk too, so the scale is unusable.
     reasons = {r.reason for r in readings}
     assert all(r.startswith(("not a number", "scale field")) for r in reasons), reasons
+
+
+# "No value" as MIBs spell it (-1, -10, -410, -9999, 0xFFFF, 0x7FFFFFFF, ...): a raw
+# value of these never makes a GOOD reading.
+SENTINEL_RAWS = frozenset({-1, -10, -410, -9999, -99999, 0xFFFF, 0x7FFFFFFF, -0x80000000})
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "snmp"
+
+
+def _raw_values(recording: Path) -> dict[str, str]:
+    out = {}
+    for line in recording.read_text().splitlines():
+        oid, kind, value = line.split("|", 2)
+        if kind in {"2", "65", "66", "70"}:
+            out[oid.lstrip(".")] = value
+    return out
+
+
+async def _all_readings(server: SnmpsimServer, recording: Path) -> list[Reading]:
+    adapter = _adapter(server, recording.stem)
+    try:
+        await adapter.connect()
+        return list(await adapter.read())
+    finally:
+        await adapter.close()
+
+
+async def test_no_sentinel_is_good_in_any_recording(snmpsim: SnmpsimServer) -> None:
+    fixtures = SnmpsimServer(sorted(FIXTURES.glob("*.snmprec")))
+    await asyncio.to_thread(fixtures.start)
+    checked = 0
+    try:
+        for server, folder in ((snmpsim, DATA), (fixtures, FIXTURES)):
+            for recording in sorted(folder.glob("*.snmprec")):
+                raws = _raw_values(recording)
+                for r in await _all_readings(server, recording):
+                    if r.quality is not Quality.GOOD:
+                        assert r.reason, (
+                            f"{recording.stem} {r.sensor}: {r.quality} without a reason"
+                        )
+                        continue
+                    raw = raws.get(r.labels["oid"])
+                    checked += 1
+                    assert raw is None or int(raw) not in SENTINEL_RAWS, (
+                        f"{recording.stem} {r.sensor} = {r.value} {r.unit} from raw {raw}: GOOD"
+                    )
+    finally:
+        await asyncio.to_thread(fixtures.stop)
+    assert checked > 150

@@ -109,3 +109,67 @@ def test_site_profiles_win_and_duplicate_ids_are_refused(
     _site(tmp_path, "d.toml", "my-sentry3", SENTRY3)
     with pytest.raises(ProfileError, match=r"d\.toml: id 'my-sentry3' is already defined by"):
         load_profiles(tmp_path)
+
+
+def test_energy_and_apparent_power_have_ranges_so_minus_one_is_never_good() -> None:
+    # -1 "not measured" / 10 = -0.1 kWh: out of the energy range even without a sentinel.
+    energy = _conv(kind="energy", divisor=10).apply(-1)
+    assert isinstance(energy, str) and energy.startswith("out of range")
+    va = _conv(kind="power", unit="volt_amperes").apply(-1)
+    assert isinstance(va, str) and va.startswith("out of range")
+    assert _conv(kind="energy", divisor=10).apply(351280) == pytest.approx(35128.0)
+
+
+def test_sentinels_say_what_the_mib_says_they_mean() -> None:
+    conv = _conv(kind="power", sentinels=[-1], sentinel_means="not measured")
+    assert conv.apply(-1) == "not measured (sentinel -1)"
+    assert conv.apply(b"-1") == "not measured (sentinel -1)"
+    assert conv.is_sentinel(-1) and conv.is_sentinel(b" -1 ") and not conv.is_sentinel(0)
+    assert _conv(kind="inlet_temperature", sentinels=[-410]).apply(-410) == (
+        "no probe fitted (sentinel -410)"
+    )
+    with pytest.raises(ProfileError, match=r"sensor\[0\]\.sentinel_means: must say"):
+        parse_profile(_profile(kind="power", sentinels=[-1], sentinel_means=" "), "x.toml")
+
+
+@pytest.mark.parametrize(("scale", "raw", "expected"), [("10", 215, 21.5), ("1", 55, 55.0)])
+def test_divisor_scale_divides_by_the_row_field(scale: str, raw: int, expected: float) -> None:
+    spec = (
+        parse_profile(
+            {
+                "id": "x",
+                "match": ["1.3.6.1.4.1.99999"],
+                "table": [
+                    {
+                        "walk": "1.3.6.1.4.1.99999.1",
+                        "fields": {"scale": "1.3.6.1.4.1.99999.2"},
+                        "sensor": [
+                            {
+                                "id": "t{index}",
+                                "value": "1.3.6.1.4.1.99999.3",
+                                "kind": "air_temperature",
+                                "scale": [{"field": "scale", "mode": "divisor"}],
+                            }
+                        ],
+                    }
+                ],
+            },
+            "x.toml",
+        )
+        .tables[0]
+        .sensors[0]
+    )
+    conv = conversion(spec, {"scale": scale})
+    assert isinstance(conv, Conversion) and conv.apply(raw) == pytest.approx(expected)
+    assert conversion(spec, {"scale": "0"}) == "scale field 'scale' is 0, not a divisor"
+
+
+def test_products_mib_and_skip_are_profile_keys() -> None:
+    data = {
+        **_profile(kind="power", unit="volt_amperes", skip="apparent power"),
+        "products": "Acme PDU 3000",
+        "mib": "ACME-MIB rev 1",
+    }
+    profile = parse_profile(data, "x.toml")
+    assert profile.products == "Acme PDU 3000" and profile.mib == "ACME-MIB rev 1"
+    assert profile.scalars[0].skip == "apparent power"

@@ -80,7 +80,7 @@ async def test_a_column_the_unit_lacks_is_absent_and_logged_once(
         power = got["infeed.AA.power"]
         assert power.quality is Quality.ABSENT and power.value is None
         assert "noSuchInstance" in power.reason
-    absent_logs = [r for r in caplog.records if "not on this device" in r.getMessage()]
+    absent_logs = [r for r in caplog.records if "are not polled" in r.getMessage()]
     assert len(absent_logs) == 1, [r.getMessage() for r in caplog.records]
     assert "infeed.AA.power" in absent_logs[0].getMessage()
     served = [r for r in caplog.records if "serves sysObjectID" in r.getMessage()]

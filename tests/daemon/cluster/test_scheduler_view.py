@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from adapters.schedulers.base import NodeView
-from adapters.schedulers.kubernetes import KubernetesSink, connection
-from adapters.schedulers.listing import RACK_LABEL, listed_scontrol, slurm_time
-from adapters.schedulers.slurm import SlurmSink, parse_scontrol_node
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.kubernetes.client import KubeClient, connection
+from adapters.schedulers.kubernetes.listing import RACK_LABEL
+from adapters.schedulers.kubernetes.sink import KubernetesSink
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.listing import listed_scontrol, slurm_time
+from adapters.schedulers.slurm.sink import SlurmSink, parse_scontrol_node
 from daemon.cluster.scheduler_view import SchedulerView
 from fakes.kube_api import FakeKubeApi
 from fakes.slurmrestd import FakeSlurmrestd
@@ -97,7 +100,7 @@ async def slurm(tmp_path: Path) -> AsyncIterator[tuple[FakeSlurmrestd, SlurmSink
     await fake.start()
     token = tmp_path / "slurm.jwt"
     token.write_text("token-root\n")
-    sink = SlurmSink(fake.url, token=JwtToken(token))
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(token)))
     yield fake, sink
     await sink.close()
     await fake.stop()
@@ -165,7 +168,7 @@ async def test_kubernetes_listing_takes_the_rack_label(tmp_path: Path) -> None:
     await api.start()
     token = tmp_path / "token"
     token.write_text("test-token\n")
-    sink = KubernetesSink(connection(api_url=api.url, token_file=token))
+    sink = KubernetesSink(KubeClient(connection(api_url=api.url, token_file=token)))
     try:
         await sink.deliver(decision("gpu03", Action.DRAIN, FaultDomain.RACK, "inlet air"))
         listed = await sink.list_nodes()

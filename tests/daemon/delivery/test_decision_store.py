@@ -131,7 +131,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 async def test_a_full_disk_holds_decisions_in_memory_delivers_them_and_stores_them_later(
     tmp_path: Path, receiver: FakeWebhookScheduler, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from adapters.schedulers.webhook import WebhookSink  # noqa: PLC0415
+    from adapters.schedulers.webhook.sink import WebhookSink  # noqa: PLC0415
 
     caplog.set_level("INFO")
     store = DecisionStore(tmp_path / "o.db")

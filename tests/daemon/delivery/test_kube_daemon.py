@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from adapters.schedulers.kube_pods import CHECKPOINT_ANNOTATION, EVENT_REASON
+from adapters.schedulers.kubernetes.pods import CHECKPOINT_ANNOTATION, EVENT_REASON
 from daemon.app import Daemon
 from fakes.kube_api import Budget, FakeKubeApi
 from fakes.nvml import FakeNvml, fake_node

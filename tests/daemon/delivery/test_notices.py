@@ -1,6 +1,6 @@
 """Job notices and the decision store: schema 2, restarts, a disk that refuses, resume and exclude.
 
-Slurm itself is in tests/adapters/schedulers/test_slurm_jobs.py (real batch
+Slurm itself is in tests/adapters/schedulers/slurm/test_slurm_jobs.py (real batch
 jobs). Here the scheduler's side is a scripted JobControl, because what is
 tested is the store's: a disk that refuses a write, a restart with a signal in
 flight — neither of which a real slurmctld can be made to time.

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
 from daemon.delivery.database import OutboxBusy
 from daemon.delivery.outbox import DecisionStore, Status
 from fakes.slurmrestd import FakeSlurmrestd
@@ -42,7 +43,9 @@ def token_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def sink(fake: FakeSlurmrestd, token_file: Path) -> AsyncIterator[SlurmSink]:
-    s = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=2.0, exclude_state="down")
+    s = SlurmSink(
+        SlurmClient(fake.url, token=JwtToken(token_file), timeout_s=2.0), exclude_state="down"
+    )
     yield s
     await s.close()
 
@@ -251,7 +254,7 @@ async def test_a_write_that_may_have_landed_is_not_coalesced_away(
     # The drain is applied but its answer never comes (timeout): the scheduler has
     # it, rackguard cannot know, so the resume after it must still be sent.
     fake.slow_writes, fake.slow_write_s = 1, 1.0
-    sink = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=0.3)
+    sink = SlurmSink(SlurmClient(fake.url, token=JwtToken(token_file), timeout_s=0.3))
     outbox = opened(sink, retry_initial_s=5.0, retry_max_s=5.0)
     task = await start(outbox)
     try:
@@ -332,7 +335,9 @@ async def test_ten_minute_outage_queues_survives_restart_coalesces_and_delivers_
             await fake.start()
 
     def open_outbox() -> tuple[Outbox, SlurmSink]:
-        sink = SlurmSink(fake.url, token=JwtToken(token_file), timeout_s=1.0, exclude_state="down")
+        sink = SlurmSink(
+            SlurmClient(fake.url, token=JwtToken(token_file), timeout_s=1.0), exclude_state="down"
+        )
         box = Outbox(
             db, sink, retry_initial_s=1.0, retry_max_s=60.0, rng=random.Random(6), sleep=clock.sleep
         )

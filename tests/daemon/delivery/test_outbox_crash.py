@@ -17,8 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
 from fakes.slurmrestd import FakeNode, FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox
@@ -61,7 +62,9 @@ def plan() -> list[Decision]:
 
 async def drive(db: str, url: str, token_file: str) -> None:
     """The driver process: deliver, submit what is left, print DONE once all is confirmed."""
-    sink = SlurmSink(url, token=JwtToken(Path(token_file)), timeout_s=2.0, exclude_state="down")
+    sink = SlurmSink(
+        SlurmClient(url, token=JwtToken(Path(token_file)), timeout_s=2.0), exclude_state="down"
+    )
     outbox = Outbox(db, sink, retry_initial_s=0.01, retry_max_s=0.05)
     delivery = asyncio.create_task(outbox.run())
     first = await outbox.store.submitted_count()

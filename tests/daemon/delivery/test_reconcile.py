@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.schedulers.slurm import SlurmSink
-from adapters.schedulers.slurm_auth import JwtToken
+from adapters.schedulers.slurm.auth import JwtToken
+from adapters.schedulers.slurm.client import SlurmClient
+from adapters.schedulers.slurm.sink import SlurmSink
 from daemon.delivery.reconcile import Finding, Reconciler
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
@@ -43,7 +44,7 @@ async def fake() -> AsyncIterator[FakeSlurmrestd]:
 async def sink(fake: FakeSlurmrestd, tmp_path: Path) -> AsyncIterator[SlurmSink]:
     token = tmp_path / "jwt"
     write_secret(token, "token-root")
-    s = SlurmSink(fake.url, token=JwtToken(token), timeout_s=2.0)
+    s = SlurmSink(SlurmClient(fake.url, token=JwtToken(token), timeout_s=2.0))
     yield s
     await s.close()
 

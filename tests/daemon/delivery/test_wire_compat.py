@@ -7,7 +7,7 @@ import dataclasses
 import orjson
 
 from adapters.schedulers.decision_json import decision_to_dict
-from adapters.schedulers.webhook import WebhookSink
+from adapters.schedulers.webhook.sink import WebhookSink
 from daemon.delivery.outbox import _encode, decision_from_dict
 from policies.model import Action, Assessment, Condition, Decision, FaultDomain
 

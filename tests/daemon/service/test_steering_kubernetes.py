@@ -21,7 +21,8 @@ import orjson
 import pytest
 import yaml
 
-from adapters.schedulers.kubernetes import KubernetesSink, connection
+from adapters.schedulers.kubernetes.backend import KubernetesBackend
+from adapters.schedulers.kubernetes.client import KubeClient, connection
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.app import Daemon
 from daemon.config import parse_config
@@ -53,12 +54,12 @@ async def api() -> AsyncIterator[FakeKubeApi]:
 
 
 @pytest.fixture
-async def sink(api: FakeKubeApi, tmp_path: Path) -> AsyncIterator[KubernetesSink]:
+async def backend(api: FakeKubeApi, tmp_path: Path) -> AsyncIterator[KubernetesBackend]:
     token = tmp_path / "token"
     write_secret(token, "test-token\n")
-    s = KubernetesSink(connection(api_url=api.url, token_file=token))
-    yield s
-    await s.close()
+    b = KubernetesBackend(KubeClient(connection(api_url=api.url, token_file=token)))
+    yield b
+    await b.sink().close()
 
 
 def label(api: FakeKubeApi) -> str | None:
@@ -205,17 +206,17 @@ async def test_untrusted_held_or_busy_writes_nothing(
 
 
 async def test_what_was_written_survives_a_restart(
-    api: FakeKubeApi, sink: KubernetesSink, tmp_path: Path, knobs: Knobs
+    api: FakeKubeApi, backend: KubernetesBackend, tmp_path: Path, knobs: Knobs
 ) -> None:
     store = DecisionStore(tmp_path / "o.sqlite3")
-    first = steering(NODE, sink, store, knobs)
+    first = steering(NODE, backend, store, knobs)
     api.edit_node(NODE, {"metadata": {"labels": {LABEL: "legacy"}}})
     knobs.margin(17.0)
     await first.step()
     store.close()
     store = DecisionStore(tmp_path / "o.sqlite3")
     try:
-        again = steering(NODE, sink, store, knobs)
+        again = steering(NODE, backend, store, knobs)
         assert again.row is not None and again.row.original == "legacy"
         assert again.row.written == "3" and again.row.bucket == 3
         # Its own value is not "someone else's", and disabling still restores.
@@ -259,14 +260,14 @@ def test_the_documented_affinity_is_a_valid_pod_on_the_label() -> None:
 
 
 async def test_no_write_while_the_disk_refuses_to_keep_the_original(
-    api: FakeKubeApi, sink: KubernetesSink, tmp_path: Path, knobs: Knobs
+    api: FakeKubeApi, backend: KubernetesBackend, tmp_path: Path, knobs: Knobs
 ) -> None:
     """The original must be durable before the first write: a full disk writes nothing."""
     store = DecisionStore(tmp_path / "o.sqlite3")
     disk = FlakyDisk(store._db)
     store._db = disk  # type: ignore[assignment]
     try:
-        steer = steering(NODE, sink, store, knobs)
+        steer = steering(NODE, backend, store, knobs)
         api.edit_node(NODE, {"metadata": {"labels": {LABEL: "legacy"}}})
         knobs.margin(17.0)
         disk.full = True
