@@ -157,7 +157,11 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
+# Cores only: a job without --mem would take the node's whole memory (one job per node).
+SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# Only the backfill scheduler starts heterogeneous jobs: every second, not every 30.
+SchedulerParameters=bf_interval=1
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

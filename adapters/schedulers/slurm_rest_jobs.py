@@ -10,6 +10,8 @@ to v0.0.41 have the same ones):
   scope maps to ``flags`` as scancel's options do: full -> FULL_JOB (batch
   shell, its children, every step), batch -> BATCH_JOB, steps ->
   FULL_STEPS_ONLY. Without ``flags`` slurmrestd itself defaults to FULL_JOB.
+  A heterogeneous job is signalled through its leader's id (``het_job_id``),
+  an array task as ``ARRAYID_TASK`` (see ``_job_ref``).
   slurmrestd's handler of that path rejects a job id at or above MAX_JOB_ID
   (0x03FFFFFF) before asking slurmctld — every job of a federation member, whose
   top bits carry the cluster — so those go through ``DELETE /slurm/<v>/jobs/``
@@ -21,7 +23,8 @@ to v0.0.41 have the same ones):
   22.05.
 
 Slurm's answers: error 2017 (invalid job id) and 2021 (already completing or
-completed) mean the job is gone; 2010 / 2002 (user, access) are an operator's
+completed) mean the job is gone; 2020 (a job still launching, v0.0.42's status[])
+is JobControlError, retried; 2010 / 2002 (user, access) are an operator's
 to fix (JobControlError, permanent); an HTTP 400/405/415/422 says the request
 itself is wrong (REFUSED: the job is left running and logged); slurmrestd
 unreachable, 5xx or a refused token are JobControlError: the step is retried,
@@ -31,6 +34,7 @@ the notice delayed, never dropped.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +54,8 @@ SCOPE_FLAGS: dict[SignalScope, str] = {
 }
 MAX_JOB_ID = 0x03FFFFFF  # slurm.h: the singular job path rejects ids from here on
 GONE_ERRORS = {2017: "invalid job id", 2021: "already completing or completed"}
+# v0.0.42 answers 200 with this in status[] while the job is still launching.
+TRANSIENT_ERRORS = {2020: "the job cannot be altered now (still launching): try again"}
 OPERATOR_ERRORS = {
     2002: "access denied: the token's user may not signal this job",
     2010: "the token's user is not a Slurm administrator (SlurmUser or AdminLevel)",
@@ -113,7 +119,7 @@ class SlurmRestJobs:
             return await self._commands.notify(job, terms)
         signal = terms.signal
         what = f"signal {signal} to job {job.job_id}"
-        if int(job.job_id) >= MAX_JOB_ID and self._sink.can_bulk_signal(version):
+        if _leading_id(job.job_id) >= MAX_JOB_ID and self._sink.can_bulk_signal(version):
             kill = {"jobs": [job.job_id], "signal": signal, "flags": [self._flags]}
             status, body = await self._call("DELETE", f"/slurm/{version}/jobs/", body=kill)
             return _outcome(what, status, body)
@@ -148,6 +154,9 @@ def _outcome(what: str, status: int, body: Any) -> tuple[Outcome, str]:
         raise JobControlError(
             f"{what}: {said}: {OPERATOR_ERRORS[known[0]]}", permanent=True, reason="auth"
         )
+    transient = sorted(numbers & TRANSIENT_ERRORS.keys())
+    if transient:
+        raise JobControlError(f"{what}: {said}: {TRANSIENT_ERRORS[transient[0]]}")
     if status == 200:
         # Accepted with errors Slurm did not number: it took the signal.
         return Outcome.DONE, said
@@ -170,11 +179,11 @@ def _status_errors(body: Any) -> list[tuple[int, str]]:
 
 def running_on(jobs: Any, node: str) -> list[RunningJob]:
     """The RUNNING jobs of a job list whose ``nodes`` name ``node``; malformed entries skipped."""
-    out = []
+    out: list[RunningJob] = []
     for job in jobs if isinstance(jobs, list) else []:
         if not isinstance(job, dict):
             continue
-        job_id = _number(job.get("job_id"))
+        job_id = _job_ref(job)
         state = job.get("job_state")
         states = [state] if isinstance(state, str) else state if isinstance(state, list) else []
         if job_id is None or "RUNNING" not in {str(s).upper() for s in states}:
@@ -184,11 +193,45 @@ def running_on(jobs: Any, node: str) -> list[RunningJob]:
         except HostlistError as err:
             log.debug("slurm: job %s: %s; skipped", job_id, err)
             continue
-        if on_node:
-            out.append(
-                RunningJob(str(job_id), str(job.get("name", "")), str(job.get("user_name", "")))
-            )
+        found = RunningJob(str(job_id), str(job.get("name", "")), str(job.get("user_name", "")))
+        if on_node and all(j.job_id != found.job_id for j in out):
+            out.append(found)
     return out
+
+
+def _job_ref(job: dict[str, Any]) -> str | None:
+    """The id that names exactly this job to a signal or a requeue (Slurm 24.11, measured).
+
+    A heterogeneous job's components are listed as jobs of their own, but only the
+    leader (``het_job_id``) reaches the batch shell: a signal to another component's
+    id is answered 200 and reaches nobody. An array task is named ``ARRAY_TASK``: the
+    task that runs under the array's own id would, by that id, signal (or requeue)
+    every task of the array, on every node.
+    """
+    job_id = _number(job.get("job_id"))
+    if job_id is None:
+        return None
+    het = _number(job.get("het_job_id"))
+    if het is not None:
+        return str(het)
+    array, task = _number(job.get("array_job_id")), _index(job.get("array_task_id"))
+    if array is not None and task is not None:
+        return f"{array}_{task}"
+    return str(job_id)
+
+
+def _leading_id(job_id: str) -> int:
+    """``"123_4"`` -> 123: the number a job reference starts with."""
+    return int(re.split(r"[_+]", job_id, maxsplit=1)[0])
+
+
+def _index(value: Any) -> int | None:
+    """An array task index (0 counts), plain or ``{"set": true, "number": N}``."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def _number(value: Any) -> int | None:
