@@ -74,6 +74,13 @@ alive() {  # alive NAME COMM: the recorded PID runs the expected program inside 
   [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$ROOT" ] || return 1
   [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]
 }
+exited() {  # exited NAME: the recorded PID is gone or a zombie (while starting, it may
+  # still be chroot, not yet the daemon: `alive` would be wrong there)
+  local pid st
+  pid=$(cat "$PIDS/$1.pid")
+  st=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 0
+  [ -z "$st" ] || [ "$st" = Z ]
+}
 all_alive() {
   alive munged munged && alive slurmctld slurmctld && alive slurmrestd slurmrestd || return 1
   for i in $(seq 1 "$NNODES"); do alive "slurmd-$(printf '%s%02d' "$PREFIX" "$i")" slurmd || return 1; done
@@ -184,7 +191,7 @@ SLURM_CONF=$CONF chroot "$ROOT" slurmctld -D -i >"$HC/log/slurmctld.stdout" 2>&1
 echo $! > "$PIDS/slurmctld.pid"
 ok=0
 for _ in $(seq 1 $((TIMEOUT * 10))); do
-  alive slurmctld slurmctld || die "slurmctld exited: $(tail -5 "$HC/log/slurmctld.stdout" "$HC/log/slurmctld.log" 2>/dev/null)"
+  exited slurmctld && die "slurmctld exited: $(tail -n 5 "$HC/log/slurmctld.stdout" "$HC/log/slurmctld.log" 2>/dev/null)"
   in_root scontrol ping 2>/dev/null | grep -q 'is UP' && { ok=1; break; }
   sleep 0.1
 done
@@ -201,7 +208,7 @@ ok=0
 for _ in $(seq 1 $((TIMEOUT * 10))); do
   for i in $(seq 1 "$NNODES"); do
     n=$(printf '%s%02d' "$PREFIX" "$i")
-    alive "slurmd-$n" slurmd || die "slurmd $n exited: $(tail -n 5 "$HC/log/slurmd-$n.stdout")"
+    exited "slurmd-$n" && die "slurmd $n exited: $(tail -n 5 "$HC/log/slurmd-$n.stdout")"
   done
   [ "$(in_root sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')" = "idle " ] && { ok=1; break; }
   sleep 0.1
@@ -218,7 +225,7 @@ SLURM_CONF=$CONF SLURM_JWT=daemon chroot "$ROOT" slurmrestd -u "$RUSER" -g nogro
 echo $! > "$PIDS/slurmrestd.pid"
 ok=0
 for _ in $(seq 1 $((TIMEOUT * 10))); do
-  alive slurmrestd slurmrestd || die "slurmrestd exited: $(cat "$HC/log/slurmrestd.log")"
+  exited slurmrestd && die "slurmrestd exited: $(cat "$HC/log/slurmrestd.log")"
   # 401 without a token: up, and asking for authentication
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REST_PORT/slurm/$API/ping" || true)" = 401 ] && { ok=1; break; }
   sleep 0.1
