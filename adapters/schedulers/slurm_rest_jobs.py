@@ -147,6 +147,11 @@ def _outcome(what: str, status: int, body: Any) -> tuple[Outcome, str]:
         return Outcome.DONE, "ok"
     said = "; ".join(f"error {n}: {t}" for n, t in errors) or str(body)[:200]
     numbers = {n for n, _ in errors}
+    if 0 in numbers:
+        # Error 0 "No error": slurmrestd could not parse the request. For a signal name
+        # it does not know, 24.11 (v0.0.41 on) answers 200 and sends SIGKILL (measured):
+        # never count that as the notice given.
+        return Outcome.REFUSED, f"HTTP {status}, request not understood: {said}"
     if numbers & GONE_ERRORS.keys():
         return Outcome.GONE, said
     known = sorted(numbers & OPERATOR_ERRORS.keys())

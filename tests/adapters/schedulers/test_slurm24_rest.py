@@ -11,6 +11,7 @@ by scripts/start-slurm24.sh, on free ports, and stopped at the end.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,11 +23,20 @@ from adapters.schedulers.slurm_auth import JwtToken
 from adapters.schedulers.slurm_jobs import SlurmJobs
 from adapters.schedulers.slurm_rest_jobs import SlurmRestJobs
 from daemon.delivery.outbox import Status
+from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import Action
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.secrets import write_secret
 from tests.support.slurm import NODES, decision, deliver_all
 from tests.support.slurm24 import VERSIONS, Slurm24
+from tests.support.slurm24_exchanges import (
+    EXCHANGES,
+    answer_problems,
+    comparable,
+    play,
+    record,
+    recording,
+)
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
@@ -236,3 +246,30 @@ async def test_slurm24_an_expired_token_is_renewed(slurm24: Slurm24, tmp_path: P
         assert early.refreshes == 1
     finally:
         await sink.close()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_slurm24_answers_are_the_recorded_ones(slurm24: Slurm24, version: str) -> None:
+    """The real server still answers every exchange as recorded in tests/fixtures/slurm24
+    (which the fake is held to, test_slurm24_fake.py); RACKGUARD_RECORD=1 records anew."""
+    tokens = {"root": slurm24.token(), "nobody": slurm24.token("nobody")}
+    answers = await play(slurm24.cluster.rest_url, tokens, version)
+    if os.environ.get("RACKGUARD_RECORD") == "1":
+        release = slurm24.cluster.scontrol("-V").stdout.split()[-1]
+        record(version, answers, release)
+    recorded = recording(version)
+    assert list(answers) == list(recorded)
+    steady = {e.name for e in EXCHANGES if e.steady}
+    for name, answer in answers.items():
+        if name in steady:
+            assert comparable(answer) == comparable(recorded[name]), name
+        assert answer_problems(recorded[name], answer) == [], name
+    # The same exchanges against the fake, side by side with the live server.
+    fake = FakeSlurmrestd(tokens={"root": "token-root", "nobody": "token-nobody"})
+    await fake.start()
+    try:
+        faked = await play(fake.url, fake.tokens, version)
+    finally:
+        await fake.stop()
+    problems = {n: p for n, a in faked.items() if (p := answer_problems(answers[n], a))}
+    assert problems == {}
