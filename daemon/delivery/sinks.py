@@ -38,7 +38,7 @@ def build_sink(cfg: SchedulerConfig, lead_time_s: float) -> SchedulerSink:
             auth=cfg.auth,
             api_version=cfg.api_version or None,
             write_via=cfg.write_via,
-            scontrol=cfg.scontrol,
+            scontrol=cfg.command(cfg.scontrol),
             slurm_conf=cfg.slurm_conf,
             timeout_s=cfg.timeout_s,
             exclude_state=cfg.exclude_state,
@@ -80,9 +80,9 @@ def build_job_notices(
     """
     if isinstance(cfg, SlurmSchedulerConfig):
         commands = SlurmJobs(
-            squeue=cfg.squeue,
-            scancel=cfg.scancel,
-            scontrol=cfg.scontrol,
+            squeue=cfg.command(cfg.squeue),
+            scancel=cfg.command(cfg.scancel),
+            scontrol=cfg.command(cfg.scontrol),
             scope=cfg.notice_scope,
             slurm_conf=cfg.slurm_conf,
             timeout_s=cfg.timeout_s,

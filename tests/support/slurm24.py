@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.schedulers.jobs import JobControl, RunningJob
 from tests.support.paths import ROOT
 from tests.support.slurm import NODES, Cluster, free_ports
 
@@ -51,6 +52,13 @@ class Slurm24:
             "sbatch", "--parsable", "-o", "/dev/null", *options, str(self.script)
         )
         return done.stdout.strip().split(";")[0]
+
+    def keep_and_stay(self) -> tuple[str, str]:
+        """Two running jobs: "keep" on gpu01 (requeueable), "stay" on gpu02 (--no-requeue)."""
+        keep = self.sbatch("-w", "gpu01", "--requeue", "-J", "keep")
+        stay = self.sbatch("-w", "gpu02", "--no-requeue", "-J", "stay")
+        self.wait_running(keep, stay)
+        return keep, stay
 
     def show_job(self, job_id: str) -> dict[str, str]:
         """``scontrol -o show job`` as Key=Value pairs (the first record of a het/array job)."""
@@ -97,6 +105,13 @@ class Slurm24:
     def cancel_all(self) -> None:
         """Cancel every job (between tests)."""
         self.cluster.run("scancel", "--user=root", check=False)
+
+
+async def assert_listed(jobs: JobControl, keep: str, stay: str) -> None:
+    """``keep_and_stay``'s jobs, each listed on its own node only."""
+    assert await jobs.running("gpu01") == [RunningJob(keep, "keep", "root")]
+    assert await jobs.running("gpu02") == [RunningJob(stay, "stay", "root")]
+    assert await jobs.running("gpu03") == []
 
 
 def start(work: Path) -> Slurm24:

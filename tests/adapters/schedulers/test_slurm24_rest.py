@@ -28,7 +28,7 @@ from policies.model import Action
 from tests.support.delivery import StoreAndDeliverer as Outbox
 from tests.support.secrets import write_secret
 from tests.support.slurm import NODES, decision, deliver_all
-from tests.support.slurm24 import VERSIONS, Slurm24
+from tests.support.slurm24 import VERSIONS, Slurm24, assert_listed
 from tests.support.slurm24_exchanges import (
     EXCHANGES,
     answer_problems,
@@ -139,12 +139,8 @@ async def test_slurm24_jobs_listed_signalled_and_requeued(
     slurm24: Slurm24, sink: SlurmSink
 ) -> None:
     jobs = SlurmRestJobs(sink, commands(slurm24))
-    keep = slurm24.sbatch("-w", "gpu01", "--requeue", "-J", "keep")
-    stay = slurm24.sbatch("-w", "gpu02", "--no-requeue", "-J", "stay")
-    slurm24.wait_running(keep, stay)
-    assert await jobs.running("gpu01") == [RunningJob(keep, "keep", "root")]
-    assert await jobs.running("gpu02") == [RunningJob(stay, "stay", "root")]
-    assert await jobs.running("gpu03") == []
+    keep, stay = slurm24.keep_and_stay()
+    await assert_listed(jobs, keep, stay)
 
     assert await _told(slurm24, jobs, RunningJob(keep, "keep", "root")) == (Outcome.DONE, "ok")
     await wait_until(lambda: slurm24.usr1(keep) == 1, timeout=10)
