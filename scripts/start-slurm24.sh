@@ -19,6 +19,8 @@
 #   SLURM24_CI_NODES=4  SLURM24_CI_NODE_PREFIX=gpu  SLURM24_CI_CPUS=1
 #   SLURM24_CI_CTLD_PORT=6827  SLURM24_CI_SLURMD_BASE_PORT=17101  SLURM24_CI_REST_PORT=6830
 #   SLURM24_CI_TOKEN_LIFESPAN=86400  SLURM24_CI_TIMEOUT=60
+#   SLURM24_CI_EXTRA_NODES=0: that many more nodes, x00001..., DOWN, with no slurmd
+#     (feature rack_rNNN, 40 a rack): a large cluster's node list for measurements
 #   and install-slurm24.sh's (SLURM24_CACHE, SLURM24_MIRROR).
 #
 # The cluster's files live in the tree under /srv/rackguard/<hash of DIR> (the daemons see
@@ -40,6 +42,7 @@ SLURMD_BASE=${SLURM24_CI_SLURMD_BASE_PORT:-17101}
 REST_PORT=${SLURM24_CI_REST_PORT:-6830}
 LIFESPAN=${SLURM24_CI_TOKEN_LIFESPAN:-86400}
 TIMEOUT=${SLURM24_CI_TIMEOUT:-60}
+EXTRA=${SLURM24_CI_EXTRA_NODES:-0}
 REST_USER=root   # SlurmUser=root: the only administrator without slurmdbd
 RUSER=nobody
 
@@ -63,7 +66,7 @@ PIDS=$DIR/pids
 NODES="${PREFIX}[01-$(printf '%02d' "$NNODES")]"
 [ "$NNODES" = 1 ] && NODES="${PREFIX}01"
 HOST=$(hostname)
-SETTINGS="ROOT=$ROOT NNODES=$NNODES PREFIX=$PREFIX CTLD=$CTLD_PORT SLURMD=$SLURMD_BASE REST=$REST_PORT"
+SETTINGS="ROOT=$ROOT NNODES=$NNODES PREFIX=$PREFIX CTLD=$CTLD_PORT SLURMD=$SLURMD_BASE REST=$REST_PORT EXTRA=$EXTRA"
 
 in_root() { chroot "$ROOT" env SLURM_CONF="$CONF" "$@"; }
 alive() {  # alive NAME COMM: the recorded PID runs the expected program inside the tree
@@ -174,11 +177,16 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
 SlurmdParameters=config_overrides
-SlurmdTimeout=300
+SlurmdTimeout=$([ "$EXTRA" = 0 ] && echo 300 || echo 60000)
 SlurmctldTimeout=30
 NodeName=$NODES NodeAddr=127.0.0.1 Port=$PORTS CPUs=$CPUS RealMemory=100 State=UNKNOWN
 PartitionName=$PREFIX Nodes=$NODES Default=YES MaxTime=INFINITE State=UP
 CONF
+# A long SlurmdTimeout with extra nodes: slurmctld would otherwise ping every dead one.
+for i in $(seq 1 "$EXTRA"); do
+  printf 'NodeName=x%05d NodeAddr=127.0.0.1 Port=%d State=DOWN Features=rack_r%03d\n' \
+    "$i" $((LAST + 1)) $(( (i - 1) / 40 ))
+done >> "$HC/etc/slurm.conf"
 # No cgroup tree inside the chroot: slurmd 24.11 stops with "cgroup filesystem not mounted"
 # unless the cgroup plugin is disabled (task/none and proctrack/linuxproc do not need it).
 echo "CgroupPlugin=disabled" > "$HC/etc/cgroup.conf"
