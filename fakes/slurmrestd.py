@@ -499,6 +499,15 @@ class FakeSlurmrestd:
                 error = self._signal(int(raw_id), "", flags, request[USER], dry=True)
                 refused["status"] = [_kill_status(raw_id, error, self.jobs)]
             return self._json(refused, 500)
+        task = re.fullmatch(r"(\d+)_(\d+)", raw_id)
+        if task is not None:  # ARRAY_TASK names one task of an array (measured)
+            array, index = int(task.group(1)), int(task.group(2))
+            found = [
+                j.job_id
+                for j in self.jobs.values()
+                if j.array_job_id == array and j.array_task_id == index
+            ]
+            raw_id = str(found[0]) if found else str(array)
         if not raw_id.isdigit() or not 0 < int(raw_id) < MAX_JOB_ID:
             # slurmrestd's handler, before slurmctld is asked.
             invalid = ("Invalid job id specified", 2017, f"Invalid JobID={raw_id} rejected")

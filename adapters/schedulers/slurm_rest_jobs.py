@@ -226,8 +226,9 @@ def _job_ref(job: dict[str, Any]) -> str | None:
 
 
 def _leading_id(job_id: str) -> int:
-    """``"123_4"`` -> 123: the number a job reference starts with."""
-    return int(re.split(r"[_+]", job_id, maxsplit=1)[0])
+    """``"123_4"`` -> 123: the number a job reference starts with (0 if none)."""
+    m = re.match(r"\d+", job_id)
+    return int(m.group()) if m else 0
 
 
 def _index(value: Any) -> int | None:

@@ -133,3 +133,27 @@ async def test_slurm24_recorded_signal_answers_become_outcomes(
         "signal_name_unknown": Outcome.REFUSED,  # 200 with error 0: never "told"
     }[name]
     assert got is expected, said
+
+
+async def test_slurm24_het_components_and_array_tasks_are_named_as_slurm_needs(
+    fake24: FakeSlurmrestd, sink: SlurmSink
+) -> None:
+    """As measured on 24.11: a het job by its leader (a signal to another component
+    reaches nobody), an array task as ARRAY_TASK (by the array's id: every task)."""
+    leader = fake24.add_job("gpu01", name="het", job_id=40)
+    other = fake24.add_job("gpu02", name="het", job_id=41)
+    fake24.jobs[leader].het_job_id = fake24.jobs[other].het_job_id = 40
+    fake24.jobs[other].het_job_offset = 1
+    first = fake24.add_job("gpu02", name="arr", job_id=52)  # runs under the array's id
+    second = fake24.add_job("gpu02", name="arr", job_id=53)
+    fake24.jobs[first].array_job_id = fake24.jobs[second].array_job_id = 52
+    fake24.jobs[first].array_task_id, fake24.jobs[second].array_task_id = 1, 0
+    fake24.jobs[second].het_job_id = 0
+    garbage = fake24.add_job("gpu02", name="bad", job_id=60)
+    fake24.jobs[garbage].array_job_id, fake24.jobs[garbage].array_task_id = 60, -5
+    jobs = SlurmRestJobs(sink, SlurmJobs())
+    assert [j.job_id for j in await jobs.running("gpu01")] == ["40"]
+    on2 = [(j.job_id, j.name) for j in await jobs.running("gpu02")]
+    assert on2 == [("40", "het"), ("52_1", "arr"), ("52_0", "arr"), ("60", "bad")]
+    assert (await jobs.notify(RunningJob("52_1"), USR1))[0] is Outcome.DONE
+    assert ("DELETE", "/slurm/v0.0.42/job/52_1") in fake24.requests
