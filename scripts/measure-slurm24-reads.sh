@@ -15,7 +15,7 @@ export SLURM24_CI_CTLD_PORT=${SLURM24_CI_CTLD_PORT:-6837}
 export SLURM24_CI_REST_PORT=${SLURM24_CI_REST_PORT:-6840}
 export SLURM24_CI_SLURMD_BASE_PORT=${SLURM24_CI_SLURMD_BASE_PORT:-17201}
 mkdir -p "$DIR"; chmod 755 "$DIR"
-trap '"$SELF/stop-slurm24.sh" "$DIR"' EXIT
+trap 'SLURM_CI_PURGE=1 "$SELF/stop-slurm24.sh" "$DIR"' EXIT
 eval "$("$SELF/start-slurm24.sh" "$DIR")"
 in_root() { chroot "$SLURM_CHROOT" env SLURM_CONF="$SLURM_CONF" "$@"; }
 TOKEN=$(cat "$SLURM_JWT_FILE")
