@@ -18,9 +18,9 @@ from adapters.schedulers.slurm.backend import SlurmBackend
 from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.webhook.backend import WebhookBackend
 from adapters.schedulers.webhook.sink import WebhookSink
+from daemon.config.outbox_path import location_problem, outbox_location
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
-from daemon.delivery.outbox import location_problem, outbox_location
 
 _TAINT_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.clock import UNIX_TIME
 from daemon.delivery.overrides import OverrideRequest
 from daemon.http import bodies
 from daemon.http.bodies import body_schemas, request_schemas
@@ -54,6 +55,9 @@ SCHEMAS: dict[str, Any] = {
     **body_schemas(RESPONSE_BODIES + EVENT_BODIES),
     **request_schemas(REQUEST_BODIES),
 }
+# The policy's model (policies/model.py) does not say which clock a decision's
+# `at` is; it is Unix time. (An assessment's monotonic `at` never leaves the node.)
+SCHEMAS["Decision"]["properties"]["at"]["description"] = UNIX_TIME
 
 _QUERY = {
     "node": {"name": "node", "in": "query", "schema": _STR},
