@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run(config: Config, path: Path, nvml: Any) -> int:
-    from daemon.service.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
+    from daemon.app import Daemon, StartupError  # noqa: PLC0415 - keeps check-config light
 
     try:
         daemon = Daemon(config, config_path=path, nvml=nvml)

@@ -24,9 +24,9 @@ from typing import TextIO
 
 from adapters.schedulers.webhook.sink import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import Config, parse_config
 from daemon.config.sources import MIN_INTERVAL_S
-from daemon.service.app import Daemon
 from fakes.cdu_server import FakeCduServer
 from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler, Received

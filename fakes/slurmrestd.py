@@ -1,30 +1,34 @@
 """A fake slurmrestd (Slurm >= 23.02 REST write path) on loopback.
 
-It reproduces the exchanges recorded from a real Slurm 24.11 in
-``shared/data/slurm/slurmrestd-24.11-transcript.txt``: node state lists
+It reproduces the exchanges recorded from a real Slurm 24.11 (Debian 13's 24.11.5:
+``tests/fixtures/slurm24/exchanges-<version>.json``, which
+``tests/adapters/schedulers/test_slurm24_fake.py`` holds it to, and
+``shared/data/slurm/slurmrestd-24.11-transcript.txt``): node state lists
 (["IDLE", "DRAIN"]), ``{"errors": [], "warnings": []}`` on success, HTTP 500
 with error 2018 (unknown node), 2028 (invalid state, e.g. RESUME of a node that
 is neither drained nor down), 9207 + 2028 (an unknown state word), 2010 (a user
 who is not an administrator), 401 ``Authentication failure`` without a token
-and 511 with a bad one; RESUME keeps the reason and leaves NOT_RESPONDING set
+and 511 with error 1007 for a bad one; a one-node read of an unknown node is 200 with
+error 0 "No error" and no ``nodes``; RESUME keeps the reason and leaves NOT_RESPONDING set
 for a moment. Versions below v0.0.39 answer a node POST with 405, like 22.05.
 
 Every accepted write is recorded (``writes``) with the state before and after,
 so tests can assert that nothing was applied twice.
 
-Running jobs (``add_job``) follow Slurm 24.11's OpenAPI document (v0.0.42): the
-job list ``GET /slurm/<v>/jobs/`` (``job_state`` a list, ``nodes`` a hostlist,
-``job_id`` a number), the signal ``DELETE /slurm/<v>/job/{job_id}?signal=&flags=``
-answered with ``status[]`` entries (``DELETE /slurm/<v>/jobs/`` with a
-``kill_jobs_msg`` body too), and Slurm's errors in the shape the node exchanges
-were recorded in: 2017 for a job Slurm does not know, 2002 for a user who
-neither owns the job nor administers; a job already completed is a success with
-a warning (as slurmrestd's handler answers ESLURM_ALREADY_DONE) and 2021 in its
-status entry; the singular path rejects ids from MAX_JOB_ID on (federation ids)
-with 9000, before slurmctld is asked, as slurmrestd's handler does.
-The recording has no job exchanges; these follow the document. There is no
-REST requeue in v0.0.42: :meth:`FakeSlurmrestd.scontrol` answers ``scontrol
-requeue`` as 22.05 does (``fakes/scontrol.py`` is the command).
+Running jobs (``add_job``), as recorded: the job list ``GET /slurm/<v>/jobs/``
+(``job_state`` a list, ``nodes`` a hostlist, ``job_id`` a number, ``het_job_id`` /
+``array_job_id`` numbers of ``{"set", "infinite", "number"}``; a warning "Zero jobs
+to dump" when empty), the signal ``DELETE /slurm/<v>/job/{job_id}?signal=&flags=``
+and ``DELETE /slurm/<v>/jobs/`` with a ``kill_jobs_msg`` body. Only v0.0.42 says
+per job what became of a signal on the singular path (``status[]``: empty when
+sent, 2017 for a job Slurm does not know, 2021 for one already completed, all
+HTTP 200); v0.0.40/41 answer 200 with no errors either way. 2002 for a user who
+neither owns the job nor administers. Ids from MAX_JOB_ID on (federation ids):
+HTTP 404 with 2017, before slurmctld is asked. An unknown flag: HTTP 500, 9207.
+An unknown signal name: on v0.0.41/42 HTTP 200 with error 0 "No error" — and
+the job is killed (SIGKILL, measured); on v0.0.40 HTTP 500 with error 22.
+There is no REST requeue in v0.0.42: :meth:`FakeSlurmrestd.scontrol` answers
+``scontrol requeue`` as Slurm does (``fakes/scontrol.py`` is the command).
 """
 
 from __future__ import annotations
@@ -56,7 +60,11 @@ SIGNAL_FLAGS = {
     "CRON_JOBS",
     "WARNING_SENT",
 }
-SIGNALS = {"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "ALRM"}
+# The signal names slurmrestd 24.11 parses (every other name Python knows is refused).
+SIGNALS = {
+    "ABRT", "ALRM", "CHLD", "CONT", "HUP", "INT", "KILL", "PIPE", "QUIT",
+    "STOP", "TERM", "TSTP", "TTIN", "TTOU", "URG", "USR1", "USR2", "XCPU",
+}  # fmt: skip
 
 
 def expand_hostlist(expr: str) -> list[str]:
@@ -110,6 +118,10 @@ class FakeJob:
     requeue: bool = True  # sbatch --requeue (the default) / --no-requeue
     restarts: int = 0
     signals: list[tuple[str, str]] = field(default_factory=list)  # (signal, flags) received
+    het_job_id: int = 0  # the leader's id for a heterogeneous job's components
+    het_job_offset: int = 0
+    array_job_id: int = 0  # the array's id for an array task
+    array_task_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +155,21 @@ def _weight(raw: Any) -> int | str | None:
     return raw
 
 
-def _errors(*items: tuple[str, int, str]) -> dict[str, Any]:
+def _errors(*items: tuple[str, int, str], source: str = "") -> dict[str, Any]:
+    """Slurm's errors; ``source`` names where slurmrestd found them, as it does."""
     return {
-        "errors": [{"error": e, "error_number": n, "description": d} for e, n, d in items],
+        "errors": [
+            {"description": d, "error_number": n, "error": e, "source": source} for e, n, d in items
+        ],
         "warnings": [],
     }
+
+
+def _number(value: int, *, is_set: bool = True) -> dict[str, Any]:
+    return {"set": is_set, "infinite": False, "number": value}
+
+
+NOT_FOUND = "Unable find requested URL. Please view /openapi/v3 for API reference."
 
 
 class FakeSlurmrestd:
@@ -180,6 +202,7 @@ class FakeSlurmrestd:
         self.fail_next = 0
         self.fail_body: dict[str, Any] | None = None  # JSON body of injected failures
         self.fail_status = 503
+        self.fail_method = ""  # inject only into requests of this method ("": any)
         # ... or answer the next N node updates 200 without applying them (a lying server).
         self.drop_writes = 0
         # ... or apply the next N node updates but answer only after this many seconds.
@@ -269,7 +292,7 @@ class FakeSlurmrestd:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.requests.append((request.method, request.path))
-        if self.fail_next > 0:
+        if self.fail_next > 0 and self.fail_method in ("", request.method):
             self.fail_next -= 1
             if self.fail_body is not None:
                 return web.json_response(self.fail_body, status=self.fail_status)
@@ -285,7 +308,8 @@ class FakeSlurmrestd:
             return web.Response(status=401, text="Authentication failure")
         if self.tokens.get(user) != token:
             self.auth_failures += 1
-            return web.Response(status=511)
+            failure = ("Protocol authentication error", 1007, _failure(request))
+            return self._json(_errors(failure, source=_source(request)), 511)
         request[USER] = user
         resp: web.StreamResponse = await handler(request)
         return resp
@@ -293,7 +317,7 @@ class FakeSlurmrestd:
     def _check_version(self, request: web.Request) -> str:
         version = request.match_info["version"]
         if version not in self.versions:
-            raise web.HTTPNotFound(text=f"Unable to find path for {request.path}")
+            raise web.HTTPNotFound(text=NOT_FOUND)
         return version
 
     def _node_json(self, node: FakeNode, version: str) -> dict[str, Any]:
@@ -341,15 +365,19 @@ class FakeSlurmrestd:
     async def _get_nodes(self, request: web.Request) -> web.Response:
         version = self._check_version(request)
         nodes = [self._node_json(n, version) for n in self.nodes.values()]
-        return self._json({"nodes": nodes, "errors": [], "warnings": []})
+        now = _number(int(time.time()))
+        return self._json({"nodes": nodes, "last_update": now, "errors": [], "warnings": []})
 
     async def _get_node(self, request: web.Request) -> web.Response:
         version = self._check_version(request)
         name = request.match_info["name"]
         if name not in self.nodes:
-            body = _errors(("Invalid node name specified", 2018, f"Failure to query node {name}"))
-            return self._json({**body, "nodes": []}, 500)
-        return self._json({"nodes": [self._node_json(self.nodes[name], version)], "errors": []})
+            # 24.11: 200, error 0 "No error", no nodes (not 2018: that is for updates).
+            failure = ("No error", 0, f"Failure to query node {name}")
+            return self._json(_errors(failure, source="_dump_nodes"))
+        nodes = [self._node_json(self.nodes[name], version)]
+        now = _number(int(time.time()))
+        return self._json({"nodes": nodes, "last_update": now, "errors": [], "warnings": []})
 
     async def _post_node(self, request: web.Request) -> web.Response:
         version = self._check_version(request)
@@ -360,17 +388,17 @@ class FakeSlurmrestd:
                 "Please view /openapi/v3 for API reference.",
             )
         body = orjson.loads(await request.read())
-        resp = self._update([request.match_info["name"]], body, request[USER])
+        resp = self._update([request.match_info["name"]], body, request[USER], version)
         if self.slow_writes > 0:
             self.slow_writes -= 1
             await asyncio.sleep(self.slow_write_s)
         return resp
 
     async def _post_nodes(self, request: web.Request) -> web.Response:
-        self._check_version(request)
+        version = self._check_version(request)
         body = orjson.loads(await request.read())
         names = expand_hostlist(str(body.get("name", "")))
-        resp = self._update(names, body, request[USER])
+        resp = self._update(names, body, request[USER], version)
         if resp.status == 200:
             warning = (
                 "Expected OpenAPI type=array (Slurm type=list) but got OpenAPI type=string "
@@ -379,32 +407,27 @@ class FakeSlurmrestd:
             return self._json({"errors": [], "warnings": [warning]})
         return resp
 
-    def _update(self, names: list[str], body: dict[str, Any], user: str) -> web.Response:
+    def _update(
+        self, names: list[str], body: dict[str, Any], user: str, version: str
+    ) -> web.Response:
         states = [str(s).upper() for s in body.get("state") or []]
         reason = body.get("reason")
         for name in names:
-            if name not in self.nodes:
-                failure = f"Failure to update node {name}"
-                return self._json(_errors(("Invalid node name specified", 2018, failure)), 500)
             failure = f"Failure to update node {name}"
             unknown = [s for s in states if s not in KNOWN_STATES]
             if unknown:
-                return self._json(
-                    _errors(
-                        (
-                            "Data parser unable to parse invalid flag",
-                            9207,
-                            f'Unknown flag "{unknown[0]}"',
-                        ),
-                        ("Invalid node state specified", 2028, failure),
-                    ),
-                    500,
-                )
+                return self._json(_bad_state(unknown[0], failure, version), 500)
+            if name not in self.nodes:
+                invalid = ("Invalid node name specified", 2018, failure)
+                return self._json(_errors(invalid, source="_update_node"), 500)
             if user not in self.admins:
-                return self._json(_errors(("Invalid user id", 2010, failure)), 500)
+                return self._json(
+                    _errors(("Invalid user id", 2010, failure), source="_update_node"), 500
+                )
             node = self.nodes[name]
             if "RESUME" in states and "DRAIN" not in node.flags and node.base != "DOWN":
-                return self._json(_errors(("Invalid node state specified", 2028, failure)), 500)
+                refused = ("Invalid node state specified", 2028, failure)
+                return self._json(_errors(refused, source="_update_node"), 500)
         weight = _weight(body.get("weight"))
         if isinstance(weight, str):
             return self._json(_errors(("Unable to parse weight", 9202, weight)), 400)
@@ -441,8 +464,8 @@ class FakeSlurmrestd:
     # ------------------------------------------------------------------ jobs
 
     def _job_json(self, job: FakeJob, version: str) -> dict[str, Any]:
-        unset = {"set": False, "infinite": False, "number": 0}
         state: Any = [job.state] if _version_tuple(version) >= (0, 0, 39) else job.state
+        task = job.array_task_id
         return {
             "job_id": job.job_id,
             "name": job.name,
@@ -452,16 +475,19 @@ class FakeSlurmrestd:
             "batch_flag": True,
             "requeue": job.requeue,
             "restart_cnt": job.restarts,
-            "array_job_id": {"set": True, "infinite": False, "number": 0},
-            "array_task_id": unset,
+            "het_job_id": _number(job.het_job_id),
+            "het_job_offset": _number(job.het_job_offset),
+            "array_job_id": _number(job.array_job_id),
+            "array_task_id": _number(task or 0, is_set=task is not None),
         }
 
     async def _get_jobs(self, request: web.Request) -> web.Response:
         version = self._check_version(request)
         jobs = [self._job_json(j, version) for j in self.jobs.values()]
-        now = {"set": True, "infinite": False, "number": int(time.time())}
-        body = {"jobs": jobs, "last_backfill": now, "last_update": now}
-        return self._json({**body, "errors": [], "warnings": []})
+        now = _number(int(time.time()))
+        warnings = [] if jobs else [{"description": "Zero jobs to dump", "source": ""}]
+        body = {"jobs": jobs, "last_backfill": _number(0), "last_update": now}
+        return self._json({**body, "errors": [], "warnings": warnings})
 
     async def _get_job(self, request: web.Request) -> web.Response:
         """One job by id; an id slurmctld does not know is error 2017, as slurm_load_job says."""
@@ -474,58 +500,77 @@ class FakeSlurmrestd:
         return self._json({"jobs": [self._job_json(job, version)], "errors": [], "warnings": []})
 
     async def _delete_job(self, request: web.Request) -> web.Response:
-        self._check_version(request)
+        version = self._check_version(request)
         raw_id = request.match_info["job_id"]
         signal = request.query.get("signal", "KILL").upper().removeprefix("SIG")
         flags = request.query.get("flags", "FULL_JOB")
-        refused = _bad_signal_request(signal, [flags])
+        refused = _bad_flags([flags], version)
         if refused is not None:
-            return self._json(refused, 400)
+            # v0.0.42 still asks slurmctld, and says what it answered.
+            if _version_tuple(version) >= (0, 0, 42) and raw_id.isdigit():
+                error = self._signal(int(raw_id), "", flags, request[USER], dry=True)
+                refused["status"] = [_kill_status(raw_id, error, self.jobs)]
+            return self._json(refused, 500)
+        task = re.fullmatch(r"(\d+)_(\d+)", raw_id)
+        if task is not None:  # ARRAY_TASK names one task of an array (measured)
+            array, index = int(task.group(1)), int(task.group(2))
+            found = [
+                j.job_id
+                for j in self.jobs.values()
+                if j.array_job_id == array and j.array_task_id == index
+            ]
+            raw_id = str(found[0]) if found else str(array)
         if not raw_id.isdigit() or not 0 < int(raw_id) < MAX_JOB_ID:
-            # slurmrestd's handler, before slurmctld is asked (ESLURM_REST_INVALID_QUERY).
-            invalid = (
-                "Query empty or not RFC7320 compliant",
-                9000,
-                f"Invalid JobID={raw_id} rejected",
-            )
-            return self._json(_errors(invalid), 500)
+            # slurmrestd's handler, before slurmctld is asked.
+            invalid = ("Invalid job id specified", 2017, f"Invalid JobID={raw_id} rejected")
+            return self._json(_errors(invalid, source="op_handler_job"), 404)
+        body: dict[str, Any] = {"errors": [], "warnings": []}
+        if signal not in SIGNALS and not signal.isdigit():
+            if version == "v0.0.40":
+                unknown = ("Invalid argument", 22, "Unknown signal (null)")
+                return self._json(_errors(unknown, source="#/signal/"), 500)
+            # v0.0.41 on: "No error", and the job is sent the default, SIGKILL.
+            body = _errors(("No error", 0, "Unknown signal (null)"), source="#/signal/")
+            signal = "KILL"
         error = self._signal(int(raw_id), signal, flags, request[USER])
-        if error is not None and error[1] != 2021:
-            return self._json(_errors(error), 500)
-        body = {"status": [_kill_status(int(raw_id), error, flags)], "errors": [], "warnings": []}
-        if error is not None:  # already done: slurmrestd answers success with a warning
-            body["warnings"] = [{"description": "Job was already sent signal", "source": ""}]
+        if error is not None and error[1] == 2002:
+            return self._json(_errors(error, source="_signal_job"), 500)
+        if _version_tuple(version) >= (0, 0, 42):
+            body["status"] = [_kill_status(raw_id, error, self.jobs)] if error else []
         return self._json(body)
 
     async def _delete_jobs(self, request: web.Request) -> web.Response:
         """``kill_jobs_msg``: the named jobs (``jobs``) are signalled; one status entry each."""
-        self._check_version(request)
+        version = self._check_version(request)
         body = orjson.loads(await request.read())
         signal = str(body.get("signal", "KILL")).upper().removeprefix("SIG")
         flags = [str(f) for f in body.get("flags") or []]
-        refused = _bad_signal_request(signal, flags)
+        refused = _bad_flags(flags, version)
         if refused is not None:
-            return self._json(refused, 400)
+            return self._json(refused, 500)
         status = []
         for raw in body.get("jobs") or []:
             job_id = int(raw) if str(raw).isdigit() else 0
             error = self._signal(job_id, signal, "+".join(flags), request[USER])
-            status.append(_kill_status(job_id, error, "+".join(flags)))
+            status.append(_kill_status(str(raw), error, self.jobs))
         return self._json({"status": status, "errors": [], "warnings": []})
 
     def _signal(
-        self, job_id: int, signal: str, flags: str, user: str
+        self, job_id: int, signal: str, flags: str, user: str, *, dry: bool = False
     ) -> tuple[str, int, str] | None:
         """Signal one job as slurmctld does; the error (text, number, description) if not."""
         job = self.jobs.get(job_id)
-        failure = f"unable to send signal to JobId={job_id}"
         if job is None:
-            return ("Invalid job id specified", 2017, failure)
+            return ("Invalid job id specified", 2017, "Invalid job id specified")
         if job.state == "COMPLETED":
-            return ("Job/step already completing or completed", 2021, failure)
+            done = "Job/step already completing or completed"
+            return (done, 2021, done)
         if user not in self.admins and user != job.user:
-            return ("Access/permission denied", 2002, failure)
-        job.signals.append((signal, flags))
+            return ("Access/permission denied", 2002, "Access/permission denied")
+        if not dry:
+            job.signals.append((signal, flags))
+            if signal == "KILL":
+                job.state = "COMPLETED"
         return None
 
     async def _scontrol(self, request: web.Request) -> web.Response:
@@ -536,25 +581,53 @@ class FakeSlurmrestd:
 MAX_JOB_ID = 0x03FFFFFF
 
 
-def _bad_signal_request(signal: str, flags: list[str]) -> dict[str, Any] | None:
-    """The data parser's refusal of an unknown flag or signal (HTTP 400), or None."""
+def _bad_flags(flags: list[str], version: str) -> dict[str, Any] | None:
+    """The data parser's refusal of an unknown signal flag (HTTP 500), or None."""
     unknown = [f for f in flags if f not in SIGNAL_FLAGS]
-    if unknown:
-        return _errors(
-            ("Data parser unable to parse invalid flag", 9207, f"Unknown {unknown[0]!r}")
-        )
-    if signal not in SIGNALS and not signal.isdigit():
-        return _errors(("Invalid signal", 9001, f"Unknown signal {signal!r}"))
-    return None
+    if not unknown:
+        return None
+    parse = ("Data parser unable to parse invalid flag", 9207, f'Unknown flag "{unknown[0]}"')
+    errors = _errors(parse, source="#/flags[0]/")
+    if version == "v0.0.40":
+        again = (parse[0], 9207, f'Parsing single flag "{unknown[0]}" failed')
+        errors["errors"] += _errors(again, source="#/flags/")["errors"]
+    return errors
 
 
-def _kill_status(job_id: int, error: tuple[str, int, str] | None, flags: str) -> dict[str, Any]:
-    """One ``status`` entry of a kill response."""
+def _bad_state(state: str, failure: str, version: str) -> dict[str, Any]:
+    """A node update with a state word the data parser does not know."""
+    parse = ("Data parser unable to parse invalid flag", 9207, f'Unknown flag "{state}"')
+    first = _errors(parse, source="#/state[0]/")
+    if version == "v0.0.40":
+        then = _errors((parse[0], 9207, "Parsing flags failed"), source="#/state/")
+    else:
+        then = _errors(("Invalid node state specified", 2028, failure), source="_update_node")
+    return {"errors": first["errors"] + then["errors"], "warnings": []}
+
+
+def _failure(request: web.Request) -> str:
+    """What slurmrestd says it failed to do when the token is refused."""
+    return (
+        "Failure to query nodes"
+        if request.path.rstrip("/").endswith("/nodes")
+        else (f"Failure on {request.method} {request.path}")
+    )
+
+
+def _source(request: web.Request) -> str:
+    return "_dump_nodes" if request.path.rstrip("/").endswith("/nodes") else "op_handler"
+
+
+def _kill_status(
+    raw_id: str, error: tuple[str, int, str] | None, jobs: dict[int, FakeJob]
+) -> dict[str, Any]:
+    """One ``status`` entry of a kill response (an unknown job's id is not set)."""
     text, code, message = error if error is not None else ("No error", 0, "")
+    known = raw_id.isdigit() and int(raw_id) in jobs
     return {
         "error": {"string": text, "code": code, "message": message},
-        "step_id": "batch" if flags == "BATCH_JOB" else "",
-        "job_id": {"set": True, "infinite": False, "number": job_id},
+        "step_id": raw_id,
+        "job_id": _number(int(raw_id) if known else 0, is_set=known),
         "federation": {"sibling": ""},
     }
 

@@ -64,6 +64,12 @@ alive() {  # alive NAME COMM: the recorded PID runs the expected program
   [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || return 1
   [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]
 }
+exited() {  # exited NAME: the recorded PID is gone or a zombie (just after `&` it may still
+  # be the forked shell, not yet the daemon: `alive` would call that dead)
+  local st
+  st=$(awk '{print $3}' "/proc/$(cat "$PIDS/$1.pid")/stat" 2>/dev/null) || return 0
+  [ -z "$st" ] || [ "$st" = Z ]
+}
 all_alive() {
   alive munged munged && alive slurmctld slurmctld && alive slurmrestd slurmrestd || return 1
   for i in $(seq 1 "$NNODES"); do alive "slurmd-$(printf '%s%02d' "$PREFIX" "$i")" slurmd || return 1; done
@@ -157,7 +163,7 @@ slurmctld -D -i >"$DIR/log/slurmctld.stdout" 2>&1 &
 echo $! > "$PIDS/slurmctld.pid"
 ok=0
 for _ in $(seq 1 $((TIMEOUT * 10))); do
-  alive slurmctld slurmctld || die "slurmctld exited: $(tail -5 "$DIR/log/slurmctld.stdout" "$DIR/log/slurmctld.log" 2>/dev/null)"
+  exited slurmctld && die "slurmctld exited: $(tail -n 5 "$DIR/log/slurmctld.stdout" "$DIR/log/slurmctld.log" 2>/dev/null)"
   scontrol ping 2>/dev/null | grep -q 'is UP' && { ok=1; break; }
   sleep 0.1
 done
@@ -193,7 +199,7 @@ SLURM_JWT=daemon slurmrestd -u "$RUSER" -g "$(id -gn "$RUSER")" -a rest_auth/jwt
 echo $! > "$PIDS/slurmrestd.pid"
 ok=0
 for _ in $(seq 1 $((TIMEOUT * 10))); do
-  alive slurmrestd slurmrestd || die "slurmrestd exited: $(cat "$DIR/log/slurmrestd.log")"
+  exited slurmrestd && die "slurmrestd exited: $(cat "$DIR/log/slurmrestd.log")"
   # 401 without a token: up, and asking for authentication
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REST_PORT/slurm/$API/ping" || true)" = 401 ] && { ok=1; break; }
   sleep 0.1

@@ -28,8 +28,17 @@ class RunningJob:
     user: str = ""
     node: str = ""  # the node it was listed on
     label: str = ""  # how the scheduler shows it (Slurm: 3_0, 6+1); "" = job_id
-    requeue_id: str = ""  # what a requeue names (a heterogeneous job's leader); "" = job_id
+    # What a signal or a requeue names, where that is not job_id (Slurm: a hetjob's
+    # leader, the only id that reaches its batch shell; an array task as ARRAY_TASK,
+    # since the task that runs under the array's own id would, by that id, name every
+    # task of the array on every node).
+    target: str = ""
     uid: str = ""  # Kubernetes: the pod's uid as listed
+
+    @property
+    def acted_on(self) -> str:
+        """The id a signal or a requeue names."""
+        return self.target or self.job_id
 
     @property
     def shown(self) -> str:

@@ -18,10 +18,14 @@ from collections.abc import Awaitable, Callable
 
 from daemon.cluster.claims import Claims
 from daemon.cluster.etcd import EtcdClient, EtcdError, EtcdUnavailable, Kv
+from daemon.poller import Backoff
 
 log = logging.getLogger(__name__)
 
 Job = Callable[[], Awaitable[None]]
+
+# Between reconnects: 0.5 s doubling to 5 s, each times 0.5-1.5.
+RECONNECT = Backoff(0.5, 5.0, jitter=(0.5, 1.5))
 
 
 class EtcdAgent:
@@ -86,7 +90,9 @@ class EtcdAgent:
 
     async def run(self) -> None:
         """Lease, keepalive, mirror and side jobs until cancelled; reconnects after a failure."""
-        delay = 0.5
+        # A session, not a poll: it lasts until etcd fails, so only the poller's
+        # backoff is shared (daemon/poller.py), counted from the last good connect.
+        failures = 0
         while True:
             try:
                 if self.claims.lease == 0:
@@ -94,15 +100,15 @@ class EtcdAgent:
                 kvs, revision = await self.etcd.get_prefix(self.prefix)
                 self._reset_mirror(kvs)
                 self._mark_up()
-                delay = 0.5
+                failures = 0
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self._keepalive())
                     tg.create_task(self._watch(revision + 1))
                     tg.create_task(self._work())
             except* EtcdError as group:
                 self.mark_down(group.exceptions[0])
-            await asyncio.sleep(delay * (0.5 + self._rng.random()))
-            delay = min(delay * 2, 5.0)
+            failures += 1
+            await asyncio.sleep(RECONNECT.delay_s(failures, self._rng))
 
     async def _keepalive(self) -> None:
         while True:

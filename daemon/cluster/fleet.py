@@ -27,7 +27,7 @@ from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.claims import Budgets, Grant
 from daemon.cluster.etcd import EtcdError
 from daemon.cluster.scheduler_view import SchedulerView
-from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
+from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from policies.model import Action, FaultDomain
 from policies.policy import Outcome
 from policies.safety import (

@@ -16,18 +16,28 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdError, absent, put_op
-from daemon.service.runner import SourceRunner
+from daemon.poller import Poller
 from policies.model import Quality, Reading, SensorKind
 
 log = logging.getLogger(__name__)
 
 Feed = Callable[[str, Sequence[Reading]], None]
+
+
+class RackSource(Protocol):
+    """A rack source's runner (daemon/service/runner.py): what the leader starts and stops."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def first_attempt(self) -> asyncio.Event: ...
+    async def run(self) -> None: ...
 
 
 class RackLeader:
@@ -37,7 +47,7 @@ class RackLeader:
         self,
         agent: EtcdAgent,
         rack: str,
-        runners: Callable[[], list[SourceRunner]],
+        runners: Callable[[], Sequence[RackSource]],
         feed: Feed,
     ) -> None:
         self.agent = agent
@@ -45,10 +55,20 @@ class RackLeader:
         self._runners = runners  # the rack sources configured now (re-read: reloads)
         self._feed = feed
         self.leading = False
-        self._tasks: dict[SourceRunner, asyncio.Task[None]] = {}
+        self._tasks: dict[RackSource, asyncio.Task[None]] = {}
         self._imported: dict[str, int] = {}  # source -> mod_revision fed
+        # A pass at every change etcd mirrors, and a third of the lease TTL at most apart.
+        # etcd failures are the agent's to report (mark_down): none reach the poller.
+        self.poller = Poller(
+            f"{agent.node}: rack {rack} leader",
+            self._pass,
+            interval_s=agent.lease_ttl_s / 3,
+            failures=(),
+            on_change=lambda old, new, why: None,
+            wake=agent.changed,
+        )
 
-    def owns(self, runner: SourceRunner) -> bool:
+    def owns(self, runner: RackSource) -> bool:
         """The runner is a rack source: this object starts and stops it."""
         return runner in self._runners()
 
@@ -81,20 +101,18 @@ class RackLeader:
     async def run(self) -> None:
         """Elect, start or stop the rack sources, import the leader's readings; until cancelled."""
         try:
-            while True:
-                self.agent.changed.clear()
-                await self._elect()
-                local = self.leading or not self.agent.up
-                self._sync(self._runners() if local else [])
-                if not local:
-                    self._import()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.agent.lease_ttl_s / 3):
-                        await self.agent.changed.wait()
+            await self.poller.run()
         finally:
             stopping = list(self._tasks.values())
             self._sync([])
             await asyncio.gather(*stopping, return_exceptions=True)
+
+    async def _pass(self) -> None:
+        await self._elect()
+        local = self.leading or not self.agent.up
+        self._sync(self._runners() if local else [])
+        if not local:
+            self._import()
 
     async def _elect(self) -> None:
         was = self.leading
@@ -122,7 +140,7 @@ class RackLeader:
                 self.rack,
             )
 
-    def _sync(self, wanted: list[SourceRunner]) -> None:
+    def _sync(self, wanted: Sequence[RackSource]) -> None:
         for runner in [r for r in self._tasks if r not in wanted]:
             self._tasks.pop(runner).cancel()
         for runner in wanted:

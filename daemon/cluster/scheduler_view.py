@@ -10,7 +10,6 @@ a budget can be overshot by the drains made in one interval (docs/fleet.md).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import re
@@ -22,6 +21,7 @@ from types import MappingProxyType
 
 from adapters.schedulers.base import NodeReadError
 from adapters.schedulers.listing import ListedNode, NodeLister
+from daemon.poller import Health, Poller
 from policies.model import Action
 from policies.safety import ClusterView, Event, OutOfService, reason_domain, reason_excludes
 
@@ -59,9 +59,27 @@ class SchedulerView:
         self.snapshot: Snapshot | None = None
         self.trips: deque[Event] = deque()
         self.resumes: deque[Event] = deque()
-        self.healthy = False  # the last read succeeded
         self.read_at: float | None = None  # monotonic time of the last good read
-        self.failures = 0
+        # Every interval_s, each step jittered by up to 10 %, so agents spread out.
+        self.poller = Poller(
+            "cluster view",
+            self._read,
+            interval_s=interval_s,
+            failures=(NodeReadError,),
+            step_jitter=0.1,
+            on_change=self._changed,
+            rng=self._rng,
+        )
+
+    @property
+    def healthy(self) -> bool:
+        """The last read succeeded."""
+        return self.poller.health is Health.UP
+
+    @property
+    def failures(self) -> int:
+        """Reads that failed, in all."""
+        return self.poller.stats.failures
 
     def absorb(self, nodes: list[ListedNode], now: float, wall: float) -> None:
         """Take one listing read at monotonic ``now`` / wall ``wall``."""
@@ -114,22 +132,20 @@ class SchedulerView:
 
     async def read_once(self) -> None:
         """One read; a failure keeps the last view and is logged on the transition only."""
-        try:
-            nodes = await self.lister.list_nodes()
-        except NodeReadError as err:
-            self.failures += 1
-            if self.healthy or self.failures == 1:
-                log.warning("cluster view: scheduler not readable, keeping the last view: %s", err)
-            self.healthy = False
-            return
-        if not self.healthy and self.failures:
-            log.info("cluster view: scheduler readable again (%d nodes)", len(nodes))
-        self.healthy = True
+        await self.poller.attempt()
+
+    async def _read(self) -> None:
+        nodes = await self.lister.list_nodes()
         self.read_at = time.monotonic()
         self.absorb(nodes, self.read_at, time.time())
 
+    def _changed(self, old: Health, new: Health, message: str) -> None:
+        if new is not Health.UP:
+            log.warning("cluster view: scheduler not readable, keeping the last view: %s", message)
+        elif old is not Health.STARTING:
+            total = self.snapshot.total if self.snapshot else 0
+            log.info("cluster view: scheduler readable again (%d nodes)", total)
+
     async def run(self) -> None:
-        """Read every ``interval_s`` (with up to 10 % jitter, so agents spread out)."""
-        while True:
-            await self.read_once()
-            await asyncio.sleep(self.interval_s * (0.9 + 0.2 * self._rng.random()))
+        """Read every ``interval_s`` until cancelled."""
+        await self.poller.run()

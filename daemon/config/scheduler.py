@@ -18,9 +18,9 @@ from adapters.schedulers.slurm.backend import SlurmBackend
 from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.webhook.backend import WebhookBackend
 from adapters.schedulers.webhook.sink import WebhookSink
+from daemon.config.outbox_path import location_problem, outbox_location
 from daemon.config.secrets import read_secret, resolve_secret, secret_problem
 from daemon.config.typed_toml import Problems, bounded
-from daemon.delivery.outbox import location_problem, outbox_location
 
 _TAINT_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -39,6 +39,12 @@ NO_NODE_SETTING = (
 
 # A notice must leave the job able to checkpoint: never one that ends or stops it.
 _NOT_A_NOTICE = {"KILL", "STOP", "TERM", "INT", "QUIT", "ABRT", "SEGV", "BUS", "FPE", "ILL"}
+# The signal names Slurm parses (scancel, slurmrestd; measured on 24.11). For any other,
+# slurmrestd 24.11 answers 200 and sends the job SIGKILL (v0.0.41/42): never send one.
+SLURM_SIGNALS = frozenset(
+    {"ALRM", "CHLD", "CONT", "HUP", "PIPE", "TSTP", "TTIN", "TTOU", "URG", "USR1", "USR2"}
+    | {"XCPU", "ABRT", "INT", "KILL", "QUIT", "STOP", "TERM"}
+)
 
 
 def signal_problem(name: str) -> str | None:
@@ -176,6 +182,14 @@ class SlurmSchedulerConfig(NoticeGraceSettings):
     requeue: bool = True
     squeue: tuple[str, ...] = ("squeue",)
     scancel: tuple[str, ...] = ("scancel",)
+    # Put before scontrol, squeue and scancel (not before token_refresh_command): a
+    # site's wrapper, or ["chroot", "/srv/slurm"] where the Slurm client tools that
+    # match the controller live in another root. slurm_conf is then a path in there.
+    command_prefix: tuple[str, ...] = ()
+
+    def command(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """A Slurm command (``scontrol``, ``squeue``, ``scancel``) with the prefix."""
+        return (*self.command_prefix, *argv)
 
     def validate(self) -> Problems:
         """URL, token file, write path, version spelling, the notice's signal."""
@@ -196,9 +210,19 @@ class SlurmSchedulerConfig(NoticeGraceSettings):
         for key in ("scontrol", "squeue", "scancel"):
             if not getattr(self, key):
                 yield key, f"must name the {key} command"
+        yield from _prefix_problems(self.command_prefix)
         problem = signal_problem(self.notice_signal)
         if problem:
             yield "notice_signal", problem
+        elif self.notice_signal and self.notice_signal not in SLURM_SIGNALS:
+            usable = ", ".join(sorted(SLURM_SIGNALS - _NOT_A_NOTICE))
+            yield (
+                "notice_signal",
+                (
+                    f"Slurm does not know the signal {self.notice_signal!r} (slurmrestd would "
+                    f"kill the job instead); one of: {usable}"
+                ),
+            )
         yield from self.delivery_problems()
 
     def cross_problems(self, *, lead_time_s: float, steering: bool) -> Problems:
@@ -227,19 +251,36 @@ class SlurmSchedulerConfig(NoticeGraceSettings):
             auth=self.auth,
             api_version=self.api_version or None,
             write_via=self.write_via,
-            scontrol=self.scontrol,
+            scontrol=self.command(self.scontrol),
             slurm_conf=self.slurm_conf,
             timeout_s=self.timeout_s,
         )
         return SlurmBackend(
             client,
             exclude_state=self.exclude_state,
-            squeue=self.squeue,
-            scancel=self.scancel,
+            squeue=self.command(self.squeue),
+            scancel=self.command(self.scancel),
             notice_scope=self.notice_scope,
             notice_signal=self.notice_signal,
             requeue=self.requeue,
         )
+
+
+def _prefix_problems(prefix: tuple[str, ...]) -> Problems:
+    """An empty word, or a chroot without an existing directory to run in."""
+    for i, word in enumerate(prefix):
+        if not word.strip():
+            yield "command_prefix", f"word {i} is empty"
+            return
+    if prefix and Path(prefix[0]).name == "chroot":
+        where = next((w for w in prefix[1:] if not w.startswith("-")), None)
+        if where is None:
+            yield (
+                "command_prefix",
+                "chroot needs the directory to run in, e.g. ['chroot', '/srv/slurm']",
+            )
+        elif not Path(where).is_dir():
+            yield "command_prefix", f"chroot directory {where!r} does not exist"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,7 +43,7 @@ from adapters.schedulers.base import (
     intended,
 )
 from daemon.delivery.outbox import DecisionStore, Row, Status
-from daemon.service.backoff import capped_backoff
+from daemon.poller import capped_backoff
 from policies.model import Decision
 
 log = logging.getLogger(__name__)

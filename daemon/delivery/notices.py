@@ -51,7 +51,7 @@ from adapters.schedulers.jobs import (
 )
 from daemon.delivery.deliverer import REFUSED_SLOWDOWN, Sleep, wait_or_wake
 from daemon.delivery.outbox import DecisionStore, Status, StorageError
-from daemon.service.backoff import capped_backoff
+from daemon.poller import capped_backoff
 from policies.model import Action, Decision
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
-"""The decision store: the outbox's database, every table in it, and its writer thread.
+"""The decision store: the outbox's rows, their state machine, and the writer thread.
 
-One row per decision, in the order the policy made them, beside the operator's
-overrides and their audit trail (daemon/delivery/overrides.py) — one SQLite file the
-store alone opens, migrates (``PRAGMA user_version``) and writes.
+The file itself (lock, open, migrate) is daemon/delivery/database.py, its tables
+daemon/delivery/schema.py. One row per decision, in the order the policy made
+them, beside the operator's overrides and their audit trail
+(daemon/delivery/overrides.py) — one SQLite file the store alone opens and writes.
 
 The rows the daemon works with (the backlog, each node's newest decision, each
 node's newest confirmed action) are kept in memory; the database is their
@@ -24,9 +25,7 @@ import asyncio
 import collections
 import contextlib
 import enum
-import fcntl
 import logging
-import os
 import secrets
 import sqlite3
 import time
@@ -38,6 +37,8 @@ from typing import IO, Any, TypeVar
 
 import orjson
 
+from daemon.config.outbox_path import MEMORY
+from daemon.delivery.database import open_database, probe, take_lock
 from daemon.delivery.sqlite_tx import transaction
 from policies.codec import from_data, to_data
 from policies.model import Action, Decision
@@ -46,18 +47,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-MEMORY = ":memory:"
 KEEP_DONE_ROWS = 10_000
 KEEP_FAILED_IN_MEMORY = 100
-BUSY_TIMEOUT_MS = 5000
 STALL_S = 5.0  # a write outstanding this long makes the store unhealthy
 READ_TIMEOUT_S = 3.0  # an API read waiting longer (behind a stalled write) gives up
 RETRY_S = 5.0  # how often rows held in memory are offered to a failing disk again
-
-SCHEMA_VERSION = 3
-APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
 
 
 class Status(enum.StrEnum):
@@ -68,14 +62,6 @@ class Status(enum.StrEnum):
     SUPERSEDED = "superseded"  # replaced by a newer decision before delivery
     SKIPPED = "skipped"  # the node is held by someone else: left alone
     FAILED = "failed"  # refused for good (a malformed request, no scheduler)
-
-
-class OutboxBusy(Exception):
-    """Another process holds this outbox; two deliverers would apply decisions twice."""
-
-
-class OutboxRefused(Exception):
-    """The file at the outbox path is not an outbox this version may use; says why."""
 
 
 class StorageError(Exception):
@@ -181,113 +167,6 @@ class Row:
         )
 
 
-# Version 1. Version 0 is the unversioned schema of the first releases: the same
-# tables without decisions.boot.
-_TABLES_V1 = (
-    """CREATE TABLE IF NOT EXISTS decisions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL UNIQUE,
-    base_key TEXT NOT NULL,
-    node TEXT NOT NULL,
-    action TEXT NOT NULL,
-    body BLOB NOT NULL,
-    origin TEXT NOT NULL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    sent INTEGER NOT NULL DEFAULT 0,
-    last_error TEXT NOT NULL DEFAULT '',
-    outcome TEXT NOT NULL DEFAULT '',
-    queued_at REAL NOT NULL,
-    done_at REAL,
-    boot TEXT NOT NULL DEFAULT ''
-)""",
-    "CREATE INDEX IF NOT EXISTS decisions_node ON decisions (node, seq)",
-    "CREATE INDEX IF NOT EXISTS decisions_status ON decisions (status, seq)",
-    "CREATE INDEX IF NOT EXISTS decisions_base_key ON decisions (base_key)",
-    "CREATE TABLE IF NOT EXISTS overrides (key TEXT PRIMARY KEY, body BLOB NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    actor TEXT NOT NULL,
-    action TEXT NOT NULL,
-    node TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    body BLOB NOT NULL
-)""",
-    "CREATE INDEX IF NOT EXISTS audit_at ON audit (at)",
-)
-# Version 2: job notices (daemon/delivery/notices.py). One row per notice (a
-# drain or exclusion applied: its deadline and where it stands) and one per job
-# told, so a restart neither signals a job twice nor forgets its requeue.
-_TABLES_V2 = (
-    """CREATE TABLE IF NOT EXISTS notices (
-    key TEXT PRIMARY KEY,
-    node TEXT NOT NULL,
-    action TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    domain TEXT NOT NULL,
-    noticed_at REAL NOT NULL,
-    deadline REAL NOT NULL,
-    told_at REAL,
-    closed_at REAL,
-    closed TEXT NOT NULL DEFAULT ''
-)""",
-    "CREATE INDEX IF NOT EXISTS notices_open ON notices (closed_at, node)",
-    """CREATE TABLE IF NOT EXISTS notice_jobs (
-    notice TEXT NOT NULL,
-    job_id TEXT NOT NULL,
-    name TEXT NOT NULL DEFAULT '',
-    user TEXT NOT NULL DEFAULT '',
-    signal TEXT NOT NULL DEFAULT '',
-    signal_started_at REAL,
-    signaled TEXT NOT NULL DEFAULT '',
-    requeued_at REAL,
-    requeued TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (notice, job_id)
-)""",
-)
-# Version 3: steering (daemon/service/steering.py). Per node, the scheduler's
-# setting before rackguard's first write (to restore), rackguard's last write and
-# one it started (a crash may have applied it): a value that is none of them was
-# set by someone else, and rackguard leaves it alone.
-_TABLES_V3 = (
-    """CREATE TABLE IF NOT EXISTS steering (
-    node TEXT PRIMARY KEY,
-    target TEXT NOT NULL,
-    original TEXT,
-    written TEXT,
-    writing TEXT,
-    written_at REAL,
-    bucket INTEGER
-)""",
-)
-_OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs", "steering"}
-
-
-def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
-    if "decisions" in tables:
-        db.execute("ALTER TABLE decisions ADD COLUMN boot TEXT NOT NULL DEFAULT ''")
-    for statement in _TABLES_V1:
-        db.execute(statement)
-
-
-def _migrate_1_to_2(db: sqlite3.Connection, tables: set[str]) -> None:
-    for statement in _TABLES_V2:
-        db.execute(statement)
-
-
-def _migrate_2_to_3(db: sqlite3.Connection, tables: set[str]) -> None:
-    for statement in _TABLES_V3:
-        db.execute(statement)
-
-
-# MIGRATIONS[v] takes a database at version v to v + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
-    _migrate_0_to_1,
-    _migrate_1_to_2,
-    _migrate_2_to_3,
-)
-
 _COLUMNS = (
     "seq, key, base_key, node, action, body, origin, status, attempts, sent,"
     " last_error, outcome, queued_at, done_at, boot"
@@ -321,139 +200,6 @@ def _decode(body: bytes, key: str) -> Decision:
     return replace(decision_from_dict(orjson.loads(body)), key=key)
 
 
-def default_path() -> Path:
-    """Where the outbox lives when the config does not say: systemd's StateDirectory."""
-    state = os.environ.get("STATE_DIRECTORY", "/var/lib/rackguard").split(":")[0]
-    return Path(state) / "outbox.sqlite3"
-
-
-def outbox_location(configured: Path | None) -> str:
-    """The configured path, ``:memory:`` only when asked for, else the default file."""
-    return str(configured) if configured is not None else str(default_path())
-
-
-def location_problem(path: str) -> str | None:
-    """Why the outbox could not be opened read-write at ``path`` (for check-config), or None."""
-    if path == MEMORY:
-        return None
-    target = Path(path)
-    if target.is_dir():
-        return f"{path!r} is a directory; name a file in it"
-    if target.exists():
-        if not os.access(target, os.R_OK | os.W_OK):
-            return f"{path!r} is not readable and writable by this user"
-        parent = target.parent
-    else:
-        parent = target.parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent  # the outbox creates missing directories
-    if not parent.is_dir():
-        return f"{str(parent)!r} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"directory {str(parent)!r} is not writable by this user (or is read-only)"
-    return None
-
-
-# ---------------------------------------------------------------------- opening
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    return db
-
-
-def _prepare(db: sqlite3.Connection, path: str, existed: bool) -> None:
-    """Check what the file is, then migrate it to SCHEMA_VERSION; raises OutboxRefused."""
-    (check,) = db.execute("PRAGMA quick_check").fetchone()
-    if check != "ok":
-        raise sqlite3.DatabaseError(f"integrity check failed: {check}")
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    (app_id,) = db.execute("PRAGMA application_id").fetchone()
-    tables = {
-        name
-        for (name,) in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
-    if app_id not in (0, APPLICATION_ID) or (tables and "decisions" not in tables):
-        raise OutboxRefused(
-            f"outbox {path}: this SQLite file belongs to something else (tables: "
-            f"{', '.join(sorted(tables)) or 'none'}); rackguard will not touch it; "
-            "point scheduler.outbox_path at a file of its own"
-        )
-    if version > SCHEMA_VERSION:
-        raise OutboxRefused(
-            f"outbox {path}: schema version {version} was written by a newer rackguard "
-            f"(this one knows up to {SCHEMA_VERSION}); run that version, or move the file aside"
-        )
-    if existed and not tables:
-        log.warning(
-            "outbox %s existed but held no outbox (an empty or zero-byte file): whatever "
-            "decision history, intents, pins and audit trail it was meant to hold are lost; "
-            "starting a fresh outbox there",
-            path,
-        )
-    if path != MEMORY:
-        db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    for v in range(version, SCHEMA_VERSION):
-        with transaction(db):
-            MIGRATIONS[v](db, tables)
-            db.execute(f"PRAGMA user_version = {v + 1}")
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        if tables:
-            log.info("outbox %s: schema migrated from version %d to %d", path, v, v + 1)
-
-
-def _move_aside(path: str) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = Path(f"{path}.corrupt-{stamp}")
-    os.replace(path, target)
-    for suffix in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(path + suffix, f"{target}{suffix}")
-    return target
-
-
-def open_database(path: str) -> sqlite3.Connection:
-    """The outbox's connection, at SCHEMA_VERSION.
-
-    A file SQLite cannot read as a database (corrupt, garbage) is moved aside —
-    never deleted — and a fresh outbox started, with a WARNING naming both: the
-    agent must go on protecting the node, and the operator can still recover
-    the old file. A SQLite file of another program, or of a newer schema, is
-    refused (OutboxRefused): moving that aside would break its owner.
-    """
-    existed = path != MEMORY and Path(path).exists()
-    db = _connect(path)
-    try:
-        _prepare(db, path, existed)
-    except sqlite3.DatabaseError as err:
-        db.close()
-        code = getattr(err, "sqlite_errorcode", None)
-        if not existed or (code not in (_SQLITE_CORRUPT, _SQLITE_NOTADB) and code is not None):
-            raise
-        moved = _move_aside(path)
-        log.warning(
-            "outbox %s is not a readable SQLite database (%s): moved to %s; its decision "
-            "history, intents, pins and audit trail are not used; starting a fresh outbox",
-            path,
-            err,
-            moved,
-        )
-        db = _connect(path)
-        try:
-            _prepare(db, path, False)
-        except BaseException:
-            db.close()
-            raise
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
 # ---------------------------------------------------------------------- writer side
 
 
@@ -470,20 +216,6 @@ def _prune(db: sqlite3.Connection) -> None:
             "AND seq NOT IN (SELECT MAX(seq) FROM decisions GROUP BY node)",
             (Status.PENDING, Status.PENDING, KEEP_DONE_ROWS),
         )
-
-
-def _probe(db: sqlite3.Connection) -> str:
-    """Whether a write transaction could start now ("" if so); never waits for a lock."""
-    try:
-        db.execute("PRAGMA busy_timeout = 0")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("ROLLBACK")
-        finally:
-            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    except sqlite3.Error as err:
-        return str(err) or type(err).__name__
-    return ""
 
 
 def _row_from_db(row: tuple[Any, ...]) -> Row:
@@ -543,7 +275,7 @@ class DecisionStore:
         # here, before the event loop runs): the connection has one thread.
         try:
             if self.path != MEMORY:
-                self._lock_fh = self._take_lock(Path(self.path))
+                self._lock_fh = take_lock(Path(self.path))
             self._db = self._on_writer(open_database, self.path)
         except BaseException:
             self._release_lock()
@@ -580,17 +312,6 @@ class DecisionStore:
 
     def __len__(self) -> int:
         return len(self._pending)
-
-    @staticmethod
-    def _take_lock(path: Path) -> IO[bytes]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = (path.parent / (path.name + ".lock")).open("ab")
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as err:
-            fh.close()
-            raise OutboxBusy(f"outbox {path} is in use by another rackguard process") from err
-        return fh
 
     def _release_lock(self) -> None:
         if self._lock_fh is not None:
@@ -740,7 +461,7 @@ class DecisionStore:
             if self._dirty and not self._outstanding:
                 await self._flush()
             if not self._outstanding:
-                self.probe_error = await self._call(_probe)
+                self.probe_error = await self._call(probe)
             stalled = self.stalled_s()
             if stalled >= STALL_S and not self._stall_reported:
                 log.error("outbox %s: a write has waited %.0fs: disk stalled?", self.path, stalled)

@@ -23,6 +23,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 
+from daemon.clock import UnixTime
 from daemon.delivery.outbox import DecisionStore
 from policies.codec import to_data
 from policies.safety import Overrides, Pin
@@ -152,7 +153,7 @@ class AuditEntry:
     """One override as applied and audited: the API's answer and the ``override`` event."""
 
     id: int | None  # the audit row's
-    at: float  # wall clock
+    at: UnixTime
     action: OverrideAction
     node: str
     reason: str

@@ -17,10 +17,8 @@ Findings are logged when they change, not every round.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.schedulers.base import (
@@ -31,6 +29,7 @@ from adapters.schedulers.base import (
     intended,
 )
 from daemon.delivery.outbox import DecisionStore
+from daemon.poller import Health, Poller
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +62,17 @@ class Reconciler:
         sink: ReadableSink,
         *,
         interval_s: float = 60.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._outbox = outbox
         self._sink = sink
-        self._interval = interval_s
-        self._sleep = sleep
         self._last: dict[str, tuple[Finding, str]] = {}
-        self._read_failing = False
+        self.poller = Poller(
+            "reconcile",
+            self._round,
+            interval_s=interval_s,
+            failures=(NodeReadError,),
+            on_change=self._changed,
+        )
         self.rounds = 0
         self.repairs = 0
 
@@ -121,17 +123,15 @@ class Reconciler:
         elif before is not None and f.finding is Finding.IN_SYNC:
             log.info("%s: in sync with the scheduler: %s", f.node, f.detail)
 
+    async def _round(self) -> None:
+        await self.reconcile_once()
+
+    def _changed(self, old: Health, new: Health, message: str) -> None:
+        if new is not Health.UP:
+            log.warning("reconcile: cannot read %s: %s", self._sink.name, message)
+        elif old is not Health.STARTING:
+            log.info("reconcile: %s readable again", self._sink.name)
+
     async def run(self) -> None:
         """Reconcile every ``interval_s`` until cancelled; read failures are retried next round."""
-        while True:
-            try:
-                await self.reconcile_once()
-            except NodeReadError as err:
-                if not self._read_failing:
-                    log.warning("reconcile: cannot read %s: %s", self._sink.name, err)
-                self._read_failing = True
-            else:
-                if self._read_failing:
-                    log.info("reconcile: %s readable again", self._sink.name)
-                self._read_failing = False
-            await self._sleep(self._interval)
+        await self.poller.run()

@@ -44,8 +44,8 @@ from policies.tracking import gpu_kind
 
 if TYPE_CHECKING:
     from daemon.http.metrics import Metrics
+    from daemon.http.view import ServiceView
     from daemon.service.steering import SteeringStatus
-    from daemon.service.view import ServiceView
 
 log = logging.getLogger(__name__)
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -214,12 +214,13 @@ def _series(view: ServiceView, r: Reading, now: float) -> bodies.Series:
 
 async def assessments(request: web.Request) -> web.Response:
     """The policy's latest view per GPU, node and rack."""
-    outcome = request.app[_CTX].view.outcome
+    view = request.app[_CTX].view
+    outcome = view.outcome
     if outcome is None:
         return json_response(bodies.Assessments(at=None, node=None, gpus=[], rack=None))
     return json_response(
         bodies.Assessments(
-            at=outcome.node.at,
+            at=view.evaluated_at,
             node=outcome.node,
             gpus=list(outcome.gpus),
             rack=getattr(outcome, "rack", None),

@@ -21,9 +21,11 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 
+from daemon.clock import UNIX_TIME, UnixTime
+from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Status
 from daemon.delivery.overrides import AuditEntry
-from daemon.service.runner import Health as SourceHealthState
+from daemon.poller import Health as SourceHealthState
 from policies.codec import assessment_wire, decision_wire, schema_components, to_data
 from policies.model import Action, Assessment, Condition, Decision, Quality, SensorKind
 from policies.safety import Pin
@@ -63,33 +65,6 @@ class OutboxHealth:
 
     writable: bool
     error: str
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerViewStatus:
-    """The fleet view read from the scheduler."""
-
-    healthy: bool
-    nodes: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdStatus:
-    """The etcd coordination's connection."""
-
-    up: bool
-    failures: int
-    error: str | UnsetType = UNSET  # only while down, with an error
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterStatus:
-    """The fleet coordination: which mode, and whether it works now."""
-
-    mode: Annotated[str, Meta(extra_json_schema={"enum": ["lone", "scheduler", "etcd"]})]
-    degraded: bool
-    scheduler_view: SchedulerViewStatus | UnsetType = UNSET
-    etcd: EtcdStatus | UnsetType = UNSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +110,9 @@ class Series:
     stale: Annotated[
         bool, Meta(description="older than the policy's stale limit: shown bad, without value")
     ]
-    age_s: float
-    device_ts: float | None
-    server_ts: float | None
+    age_s: Annotated[float, Meta(description="seconds since the reading was taken")]
+    device_ts: UnixTime | None  # the device's own stamp, where it gives one
+    server_ts: UnixTime | None  # an OPC-UA server's stamp
     labels: dict[str, str]
 
 
@@ -145,7 +120,7 @@ class Series:
 class State:
     """GET /v1/state: every series and each source's health."""
 
-    as_of: Annotated[float, Meta(description="when the ages were computed (Unix s)")]
+    as_of: Annotated[float, Meta(description=f"when the ages were computed; {UNIX_TIME}")]
     node: str
     rack: str
     simulated: Annotated[
@@ -161,7 +136,7 @@ class State:
 class Assessments:
     """GET /v1/assessments: the policy's latest view per GPU, node and rack."""
 
-    at: float | None
+    at: UnixTime | None  # when the policy evaluated; null before its first evaluation
     node: Assessment | None
     gpus: list[Assessment]
     rack: Assessment | None
@@ -177,7 +152,7 @@ class Delivery:
     last_error: str
     outcome: str
     origin: str
-    done_at: float | None
+    done_at: UnixTime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +161,7 @@ class LogItem:
 
     kind: Literal["decision", "override"]
     id: int
-    at: float
+    at: UnixTime
     node: str
     action: str
     decision: StoredDecision | UnsetType = UNSET  # a decision's
@@ -211,7 +186,7 @@ class OutboxItem:
     decision: Decision
     attempts: int
     last_error: str
-    queued_at: float
+    queued_at: UnixTime
     origin: str
     durable: bool
 

@@ -26,8 +26,8 @@ from daemon.http.node_metrics import NodeCollector
 from policies.model import Decision, Reading, SensorKind
 
 if TYPE_CHECKING:
+    from daemon.http.view import ServiceView
     from daemon.service.runner import SourceRunner
-    from daemon.service.view import ServiceView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

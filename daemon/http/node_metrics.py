@@ -21,7 +21,7 @@ from daemon.version import package_version
 from policies.model import Action, Condition, Reading, SensorKind
 
 if TYPE_CHECKING:
-    from daemon.service.view import ServiceView
+    from daemon.http.view import ServiceView
 
 SOURCE_STATES = ("starting", "up", "degraded", "down")
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Protocol
 from aiohttp import web
 from msgspec import Meta
 
+from daemon.clock import UNIX_TIME, UnixTime
 from daemon.delivery import notices as job_notices
 from daemon.http.bodies import body_schemas, encode
 from policies.model import Action
@@ -43,9 +44,9 @@ class NoticeJob:
     signal: Annotated[
         str, Meta(description="how it was told: USR1 (Slurm), annotation (Kubernetes); empty: not")
     ]
-    signaled_at: float | None
+    signaled_at: UnixTime | None
     signaled: Annotated[str, Meta(description="done, gone, refused: ..., unknown: ...")]
-    requeued_at: float | None
+    requeued_at: UnixTime | None
     requeued: Annotated[
         str, Meta(description="done, gone, refused: ..., blocked: ... (asked again)")
     ]
@@ -68,10 +69,10 @@ class Notice:
     action: Action
     reason: str
     domain: str
-    noticed_at: float
-    checkpoint_by: Annotated[float, Meta(description="Unix time: requeue after this")]
-    told_at: float | None
-    closed_at: float | None
+    noticed_at: UnixTime
+    checkpoint_by: Annotated[float, Meta(description=f"requeue after this; {UNIX_TIME}")]
+    told_at: UnixTime | None
+    closed_at: UnixTime | None
     closed: Annotated[str, Meta(description="requeued, resumed before the deadline")]
     error: Annotated[
         str, Meta(description="why the last step failed and is being retried; empty: none")

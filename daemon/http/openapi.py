@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from daemon.clock import UNIX_TIME
 from daemon.delivery.overrides import REQUEST_TYPES, OverrideRequest
 from daemon.http import bodies
 from daemon.http.bodies import body_schemas, request_schemas
@@ -104,6 +105,9 @@ SCHEMAS: dict[str, Any] = {
     **request_schemas(REQUEST_BODIES),
     "OverrideRequest": override_request_schema(),
 }
+# The policy's model (policies/model.py) does not say which clock a decision's
+# `at` is; it is Unix time. (An assessment's monotonic `at` never leaves the node.)
+SCHEMAS["Decision"]["properties"]["at"]["description"] = UNIX_TIME
 
 # Links (for a client, and for a stateful tester): the next page of the log, and
 # where an applied override shows.

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
+from daemon.clock import decision_in_unix
 from daemon.service.state import StateStore
 from policies.model import Action, Condition, Decision, FaultDomain, Quality, Reading
 from policies.policy import Outcome, Policy
@@ -64,6 +65,7 @@ class PolicyEngine:
         self.overrides = Overrides()
         self.gate: Gate | None = None
         self.last: Outcome | None = None
+        self.last_wall: float | None = None  # Unix time of the last evaluation
         self.decisions: deque[Decision] = deque(maxlen=history)
         self._absent_logged: set[str] = set()
 
@@ -84,7 +86,7 @@ class PolicyEngine:
 
     def evaluate_once(self, now: float, wall: float) -> Outcome:
         """One pass of the policy at monotonic ``now``."""
-        return self._hand_on(self._evaluate(now, wall), now)
+        return self._hand_on(self._evaluate(now, wall), now, wall)
 
     async def step(self, now: float, wall: float) -> Outcome:
         """One pass, with the gate's claim made before a decision is handed on."""
@@ -99,7 +101,7 @@ class PolicyEngine:
                 # Not made: the policy's state is as if it had not been decided.
                 self.policy.states[self.node] = state
                 outcome = replace(outcome, state=state, decision=None, note=why, critical=False)
-        return self._hand_on(outcome, now)
+        return self._hand_on(outcome, now, wall)
 
     def _evaluate(self, now: float, wall: float) -> Outcome:
         readings = self._store.readings()
@@ -109,10 +111,13 @@ class PolicyEngine:
             now, wall, self.cluster_view(now), self.overrides, nodes=(self.node,)
         )[self.node]
 
-    def _hand_on(self, outcome: Outcome, now: float) -> Outcome:
+    def _hand_on(self, outcome: Outcome, now: float, wall: float) -> Outcome:
+        if outcome.decision is not None:
+            # Handed on to people and programs: its evidence in Unix time, as its `at` is.
+            outcome = replace(outcome, decision=decision_in_unix(outcome.decision, now))
         before = self.last
         self._log_changes(before, outcome)
-        self.last = outcome
+        self.last, self.last_wall = outcome, wall
         if outcome.decision is not None:
             d = outcome.decision
             self.ledger.record(d, now, critical=outcome.critical, following=outcome.following)

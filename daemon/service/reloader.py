@@ -12,17 +12,19 @@ import asyncio
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from adapters.base import SensorAdapter
 from daemon.config import Config, ConfigError, load_config
 from daemon.config.policy import policy_settings
+from daemon.config.sources import SourceTiming
 from daemon.service.build import first_connect
+from daemon.service.engine import PolicyEngine
 from daemon.service.logs import setup_logging
+from daemon.service.notify import Notifier
 from daemon.service.runner import SourceRunner
+from daemon.service.source_set import SourceSet
 from daemon.service.sources import build_adapter
-
-if TYPE_CHECKING:
-    from daemon.service.app import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,35 @@ class ReloadRefused(Exception):
     """The new config cannot be applied; the message lists why."""
 
 
+class StatusLine(Protocol):
+    def line(self) -> str: ...
+
+
+class Reloadable(Protocol):
+    """What a reload reads and changes of the running daemon (daemon/app.py's Daemon)."""
+
+    config: Config
+
+    @property
+    def nvml(self) -> Any: ...
+    @property
+    def notifier(self) -> Notifier: ...
+    @property
+    def status(self) -> StatusLine: ...
+    @property
+    def steering(self) -> object | None: ...
+    @property
+    def engine(self) -> PolicyEngine: ...
+    @property
+    def sources(self) -> SourceSet: ...
+    def restore_from_outbox(self, *, only_out_of_service: bool = False) -> None: ...
+    def make_runner(self, adapter: SensorAdapter, timing: SourceTiming) -> SourceRunner: ...
+
+
 class Reloader:
     """Applies a config file to a running daemon, one reload at a time."""
 
-    def __init__(self, daemon: Daemon, path: Path | None) -> None:
+    def __init__(self, daemon: Reloadable, path: Path | None) -> None:
         self._daemon = daemon
         self.path = path
         self._lock = asyncio.Lock()  # SIGHUPs in quick succession apply one at a time

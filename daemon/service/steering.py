@@ -26,7 +26,6 @@ step is tried again at the next interval.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import time
@@ -38,8 +37,10 @@ from typing import Any
 from adapters.base import DeliveryError
 from adapters.schedulers.backend import Backend
 from adapters.schedulers.node_setting import NodeSetting, SettingChanged
+from daemon.clock import UnixTime
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
+from daemon.poller import Poller
 from policies.headroom import NodeHeadroom
 from policies.steering import steer_bucket
 
@@ -95,8 +96,8 @@ class SteeringStatus:
     value: str | None  # as last read from the scheduler
     original: str | None
     written: str | None
-    written_at: float | None
-    next_write_at: float | None
+    written_at: UnixTime | None
+    next_write_at: UnixTime | None
     writes: dict[str, int] = field(default_factory=dict)
 
 
@@ -156,19 +157,28 @@ class Steering:
         self._foreign_seen: str | None = None  # the foreign value warned about
         self._failing = False
         self._last_headroom: NodeHeadroom | None = None
+        # step() reports its own failures: the poller only keeps the cadence.
+        self.poller = Poller(
+            f"{node}: steering",
+            self._guarded_step,
+            interval_s=lambda: self._config().interval_s,
+            failures=(),
+            on_change=lambda old, new, why: None,
+        )
 
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
-        """Step every ``interval_s`` until cancelled."""
-        while True:
-            try:
-                await self.step()
-            except Exception:
-                # Steering is an opt-in aid: a bug here must not end the agent that
-                # protects the node (drains do not depend on this task).
-                log.exception("%s: steering step failed", self.node)
-            await asyncio.sleep(self._config().interval_s)
+        """Step every ``interval_s`` (re-read at every step: reloads) until cancelled."""
+        await self.poller.run()
+
+    async def _guarded_step(self) -> None:
+        try:
+            await self.step()
+        except Exception:
+            # Steering is an opt-in aid: a bug here must not end the agent that
+            # protects the node (drains do not depend on this task).
+            log.exception("%s: steering step failed", self.node)
 
     async def step(self) -> None:
         """One look at the headroom, and at most one write (or one restore)."""

@@ -11,8 +11,8 @@ from pathlib import Path
 from adapters.base import SchedulerSink
 from adapters.schedulers.webhook.sink import WebhookSink
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import parse_config
-from daemon.service.app import Daemon
 from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler
 from tests.support.secrets import WEBHOOK_SECRET as SECRET

@@ -63,11 +63,11 @@ class FlakyDisk:
 def main(argv: list[str]) -> int:
     """Run the daemon's CLI with outbox writes refused while ``argv[0]`` exists."""
     from daemon import cli  # noqa: PLC0415
-    from daemon.delivery import outbox  # noqa: PLC0415
+    from daemon.delivery import database  # noqa: PLC0415
     from fakes.nvml_module import simulated_node  # noqa: PLC0415
 
     flag, rest = argv[0], argv[1:]
-    connect = outbox._connect
+    connect = database.connect
 
     def wrapped(path: str) -> Any:
         return FlakyDisk(
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
             error="attempt to write a readonly database",
         )
 
-    outbox._connect = wrapped
+    database.connect = wrapped
     return cli.main(rest, nvml=simulated_node())
 
 

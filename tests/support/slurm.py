@@ -1,4 +1,5 @@
-"""A real Slurm 22.05 cluster for the tests: what start-slurm.sh started, and helpers.
+"""A real Slurm cluster for the tests: what start-slurm.sh (22.05) or start-slurm24.sh
+(24.11, in a chroot) started, and helpers.
 
 The fixtures that start it live in tests/adapters/schedulers/conftest.py.
 """
@@ -9,7 +10,7 @@ import asyncio
 import random
 import socket
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
@@ -24,15 +25,25 @@ class Cluster:
     """What start-slurm.sh printed."""
 
     dir: Path
-    conf: Path
+    conf: Path  # as the Slurm commands see it (inside the chroot for 24.11)
     rest_url: str
     token_file: Path
     env: dict[str, str]
+    # Put before every Slurm command: ("chroot", tree) for 24.11.
+    prefix: tuple[str, ...] = field(default=())
+
+    def command(self, name: str) -> tuple[str, ...]:
+        """A Slurm command as the daemon would be configured to run it here."""
+        return (*self.prefix, name)
 
     def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run scontrol against this cluster, as an administrator at the console would."""
+        return self.run("scontrol", *args, check=check)
+
+    def run(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm command (scontrol, sbatch, squeue, ...) against this cluster."""
         return subprocess.run(
-            ["scontrol", *args],
+            [*self.command(name), *args],
             env=self.env,
             capture_output=True,
             text=True,

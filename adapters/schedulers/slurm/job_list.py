@@ -10,11 +10,16 @@ they are carried as JSON strings, never split on, and used only to be shown
 (control characters escaped, cut to a length). Identity comes from numbers and
 the node list alone:
 
-- ``job_id`` is the id a signal goes to. Every array task and every
-  heterogeneous-job component has its own (``3_0`` is job 5, ``6+1`` job 7).
-- A heterogeneous job is requeued through its leader (``scontrol requeue`` of a
-  component answers "Job not heterogeneous job leader"), so a component's
-  requeue id is ``het_job_id``.
+- ``job_id`` is the job's identity, checked against the node: every array task
+  and every heterogeneous-job component has its own (``3_0`` is job 5, ``6+1``
+  job 7).
+- What a signal or a requeue names (``target``) is another id where Slurm says
+  so (measured on 22.05 and 24.11): a heterogeneous job is reached through its
+  leader (a signal to another component's id reaches no batch shell, and
+  ``scontrol requeue`` of a component answers "Job not heterogeneous job
+  leader"); an array task is named ``ARRAY_TASK``, since the task that runs
+  under the array's own id would, by that id, name every task of the array on
+  every node. Two components of one hetjob on the node are one job to act on.
 
 A list that cannot be read whole (not JSON, not this shape, a job without an
 id, a node list that is not a hostlist) raises :class:`JobListError`: a job that
@@ -127,28 +132,28 @@ def running_job(job: SlurmJob, node: str) -> RunningJob | None:
         raise JobListError(f"job {job_id}: {err}") from err
     if not here:
         return None
-    label, requeue_id = str(job_id), str(job_id)
+    label = target = str(job_id)
     het, offset = number(job.het_job_id), number(job.het_job_offset)
     array, task = number(job.array_job_id), number(job.array_task_id)
     if het:  # 22.05 says 0 for "not heterogeneous"
-        label, requeue_id = f"{het}+{offset or 0}", str(het)
+        label, target = f"{het}+{offset or 0}", str(het)
     elif array and task is not None:
-        label = f"{array}_{task}"
+        label = target = f"{array}_{task}"
     return RunningJob(
         str(job_id),
         shown(job.name),
         shown(job.user_name),
         node=node,
         label=label,
-        requeue_id=requeue_id,
+        target=target,
     )
 
 
 def running_on(jobs: SlurmJobList, node: str) -> list[RunningJob]:
     """Every job RUNNING on ``node``; JobListError when one cannot be placed."""
-    out = []
+    out: dict[str, RunningJob] = {}
     for job in jobs.jobs:
         found = running_job(job, node)
         if found is not None:
-            out.append(found)
-    return out
+            out.setdefault(found.acted_on, found)
+    return list(out.values())

@@ -13,6 +13,8 @@ to v0.0.41 have the same ones):
   scope maps to ``flags`` as scancel's options do: full -> FULL_JOB (batch
   shell, its children, every step), batch -> BATCH_JOB, steps ->
   FULL_STEPS_ONLY. Without ``flags`` slurmrestd itself defaults to FULL_JOB.
+  A heterogeneous job is signalled through its leader's id (``het_job_id``),
+  an array task as ``ARRAYID_TASK`` (see ``_job_ref``).
   slurmrestd's handler of that path rejects a job id at or above MAX_JOB_ID
   (0x03FFFFFF) before asking slurmctld — every job of a federation member, whose
   top bits carry the cluster — so those go through ``DELETE /slurm/<v>/jobs/``
@@ -24,7 +26,8 @@ to v0.0.41 have the same ones):
   22.05.
 
 Slurm's answers: error 2017 (invalid job id) and 2021 (already completing or
-completed) mean the job is gone; 2010 / 2002 (user, access) are an operator's
+completed) mean the job is gone; 2020 (a job still launching, v0.0.42's status[])
+is JobControlError, retried; 2010 / 2002 (user, access) are an operator's
 to fix (JobControlError, permanent); an HTTP 400/405/415/422 says the request
 itself is wrong (REFUSED: the job is left running and logged); slurmrestd
 unreachable, 5xx or a refused token are JobControlError: the step is retried,
@@ -34,6 +37,7 @@ the notice delayed, never dropped.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,6 +57,8 @@ SCOPE_FLAGS: dict[SignalScope, str] = {
 }
 MAX_JOB_ID = 0x03FFFFFF  # slurm.h: the singular job path rejects ids from here on
 GONE_ERRORS = {2017: "invalid job id", 2021: "already completing or completed"}
+# v0.0.42 answers 200 with this in status[] while the job is still launching.
+TRANSIENT_ERRORS = {2020: "the job cannot be altered now (still launching): try again"}
 OPERATOR_ERRORS = {
     2002: "access denied: the token's user may not signal this job",
     2010: "the token's user is not a Slurm administrator (SlurmUser or AdminLevel)",
@@ -133,13 +139,14 @@ class SlurmRestJobs:
         if not await self._here(version, job):
             return Outcome.GONE, NOT_HERE
         signal = terms.signal
-        what = f"signal {signal} to job {job.job_id}"
-        if int(job.job_id) >= MAX_JOB_ID and self._client.can_bulk_signal(version):
-            kill = {"jobs": [job.job_id], "signal": signal, "flags": [self._flags]}
+        target = job.acted_on
+        what = f"signal {signal} to job {target}"
+        if _leading_id(target) >= MAX_JOB_ID and self._client.can_bulk_signal(version):
+            kill = {"jobs": [target], "signal": signal, "flags": [self._flags]}
             status, body = await self._call("DELETE", f"/slurm/{version}/jobs/", body=kill)
             return _outcome(what, status, body)
         params = {"signal": signal, "flags": self._flags}
-        status, body = await self._call("DELETE", f"/slurm/{version}/job/{job.job_id}", params)
+        status, body = await self._call("DELETE", f"/slurm/{version}/job/{target}", params)
         return _outcome(what, status, body)
 
     async def revise(self, job: RunningJob, terms: NoticeTerms | None) -> tuple[Outcome, str]:
@@ -174,6 +181,11 @@ def _outcome(what: str, status: int, body: Any) -> tuple[Outcome, str]:
         return Outcome.DONE, "ok"
     said = "; ".join(f"error {n}: {t}" for n, t in errors) or str(body)[:200]
     numbers = {n for n, _ in errors}
+    if 0 in numbers:
+        # Error 0 "No error": slurmrestd could not parse the request. For a signal name
+        # it does not know, 24.11 (v0.0.41 on) answers 200 and sends SIGKILL (measured):
+        # never count that as the notice given.
+        return Outcome.REFUSED, f"HTTP {status}, request not understood: {said}"
     if numbers & GONE_ERRORS.keys():
         return Outcome.GONE, said
     known = sorted(numbers & OPERATOR_ERRORS.keys())
@@ -181,6 +193,9 @@ def _outcome(what: str, status: int, body: Any) -> tuple[Outcome, str]:
         raise JobControlError(
             f"{what}: {said}: {OPERATOR_ERRORS[known[0]]}", permanent=True, reason="auth"
         )
+    transient = sorted(numbers & TRANSIENT_ERRORS.keys())
+    if transient:
+        raise JobControlError(f"{what}: {said}: {TRANSIENT_ERRORS[transient[0]]}")
     if status == 200:
         # Accepted with errors Slurm did not number: it took the signal.
         return Outcome.DONE, said
@@ -199,3 +214,9 @@ def _status_errors(body: Any) -> list[tuple[int, str]]:
         if isinstance(e, dict) and isinstance(e.get("code"), int) and e["code"] != 0:
             out.append((int(e["code"]), str(e.get("message") or e.get("string") or "")))
     return out
+
+
+def _leading_id(job_id: str) -> int:
+    """``"123_4"`` -> 123: the number a job reference starts with (0 if none)."""
+    m = re.match(r"\d+", job_id)
+    return int(m.group()) if m else 0

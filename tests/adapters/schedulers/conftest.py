@@ -1,5 +1,5 @@
-"""Fixtures of the real-Slurm tests (marked ``slurm``: one cluster per session) and the
-Kubernetes tests' service-account token."""
+"""Fixtures of the real-Slurm tests (marked ``slurm``: one 22.05 cluster and one 24.11
+cluster per session) and the Kubernetes tests' service-account token."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from fakes.slurmrestd import FakeSlurmrestd
 from tests.support.paths import ROOT
 from tests.support.secrets import write_secret
 from tests.support.slurm import NODES, Cluster, free_ports
+from tests.support.slurm24 import Slurm24, start, stop
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +77,29 @@ def clean(cluster: Cluster) -> Iterator[Cluster]:
     yield cluster
     for node in NODES:
         cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
+
+
+@pytest.fixture(scope="session")
+def slurm24_cluster() -> Iterator[Slurm24]:
+    """Slurm 24.11 in its cached Debian 13 chroot (built on first use) for this session."""
+    if os.geteuid() != 0:
+        pytest.skip("the real-Slurm tests run as root (chroot, munged, slurmctld); CI does")
+    # Under /tmp, world-traversable, as for 22.05 (the daemons' own files live in the tree).
+    work = Path(tempfile.mkdtemp(prefix="rg-slurm24-", dir="/tmp"))
+    work.chmod(0o755)
+    try:
+        yield start(work)
+    finally:
+        stop(work)
+
+
+@pytest.fixture
+def slurm24(slurm24_cluster: Slurm24) -> Iterator[Slurm24]:
+    """The 24.11 cluster; every job cancelled and every node resumed after each test."""
+    yield slurm24_cluster
+    slurm24_cluster.cancel_all()
+    for node in NODES:
+        slurm24_cluster.cluster.scontrol("update", f"nodename={node}", "state=resume", check=False)
 
 
 @pytest.fixture

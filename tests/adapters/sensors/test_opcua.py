@@ -19,6 +19,7 @@ from daemon.service.runner import SourceRunner
 from fakes.cdu_server import FakeCduServer, free_port
 from fakes.sim.thermal import CduSnapshot
 from policies.model import Quality, Reading, SensorKind
+from tests.support.wait import wait_for_result
 
 NORMAL = CduSnapshot(30.0, 37.5, 40.0, 120.0, 70.0, True, False, False)
 PUMP_FAILED = CduSnapshot(33.0, 39.0, 1.5, 0.2, 0.0, False, True, True)
@@ -231,8 +232,15 @@ async def test_steady_values_stay_good_on_keepalives(
     server: FakeCduServer, adapter: OpcuaAdapter
 ) -> None:
     await adapter.connect()
-    # No change for longer than stale_after_s (1 s): keep-alives prove the values current.
-    await asyncio.sleep(1.5)
+    # No change for longer than stale_after_s (1 s): keep-alives prove the values current,
+    # at every read through that silence, up to half as long again past it.
+    silent_until = time.monotonic() + 1.5 * adapter.settings.stale_after_s
+    reads = 0
+    while time.monotonic() < silent_until:
+        assert all(r.quality is Quality.GOOD for r in await adapter.read())
+        reads += 1
+        await asyncio.sleep(0.1)
+    assert reads >= 10
     assert all(r.quality is Quality.GOOD for r in await adapter.read())
 
 
@@ -362,9 +370,14 @@ async def test_secure_channel_is_renewed_before_its_lifetime_ends(server: FakeCd
     a = OpcuaAdapter("cdu", settings(server, session=short, mode="poll"))
     try:
         await a.connect()
-        for _ in range(3):
-            await asyncio.sleep(0.8)
-            assert values(await a.read()) == pytest.approx(expected_values(NORMAL))
-        assert a.channel_renewals >= 2
+        # A read renews a channel that is due; read until three renewals have happened.
+        for renewed in range(1, 4):
+
+            def due(_: Sequence[Reading], n: int = renewed) -> bool:
+                return a.channel_renewals >= n
+
+            got = await wait_for_result(a.read, due, 5, f"renewal {renewed}")
+            assert values(got) == pytest.approx(expected_values(NORMAL))
+        assert a.channel_renewals == 3
     finally:
         await a.close()

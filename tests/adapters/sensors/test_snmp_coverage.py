@@ -236,8 +236,8 @@ async def test_apparent_and_reactive_power_rows_are_skipped_by_name(
 async def test_runner_reports_a_source_without_evidence_degraded_in_readyz(
     snmpsim: SnmpsimServer,
 ) -> None:
+    from daemon.http.view import ServiceView  # noqa: PLC0415
     from daemon.service.state import StateStore  # noqa: PLC0415
-    from daemon.service.view import ServiceView  # noqa: PLC0415
 
     adapter = _adapter(snmpsim, "sentry4-no-evidence")
     store = StateStore()

@@ -20,9 +20,9 @@ from typing import Any
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from daemon.app import Daemon
 from daemon.cli import main
 from daemon.config import load_config
-from daemon.service.app import Daemon
 from fakes.nvml_module import simulated_node
 from tests.support.paths import ROOT
 

@@ -13,16 +13,12 @@ from pathlib import Path
 import pytest
 
 from daemon.config import ConfigError, parse_config
-from daemon.delivery import outbox as outbox_module
+from daemon.config.outbox_path import location_problem
+from daemon.delivery import database
+from daemon.delivery.database import OutboxRefused
 from daemon.delivery.deliverer import Deliverer
-from daemon.delivery.outbox import (
-    APPLICATION_ID,
-    SCHEMA_VERSION,
-    DecisionStore,
-    OutboxRefused,
-    Status,
-    location_problem,
-)
+from daemon.delivery.outbox import DecisionStore, Status
+from daemon.delivery.schema import APPLICATION_ID, SCHEMA_VERSION
 from fakes.scheduler import FakeWebhookScheduler
 from policies.model import Action
 from tests.support.delivery import decision
@@ -252,8 +248,8 @@ async def test_a_restart_on_a_full_disk_opens_the_outbox_and_holds_new_decisions
     first = DecisionStore(path)
     carried = await first.submit(decision("gpu01", Action.DRAIN))
     first.close()
-    connect = outbox_module._connect
-    monkeypatch.setattr(outbox_module, "_connect", lambda p: FlakyDisk(connect(p), lambda: True))
+    connect = database.connect
+    monkeypatch.setattr(database, "connect", lambda p: FlakyDisk(connect(p), lambda: True))
     store = DecisionStore(path)  # no write is needed to open an outbox at the current schema
     try:
         assert [p.decision.key for p in store.pending()] == [carried]

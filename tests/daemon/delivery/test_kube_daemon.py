@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 
 from adapters.schedulers.kubernetes.pods import CHECKPOINT_ANNOTATION, EVENT_REASON
-from daemon.service.app import Daemon
+from daemon.app import Daemon
 from fakes.kube_api import Budget, FakeKubeApi
 from fakes.nvml import FakeNvml, fake_node
 from tests.support.daemon_harness import config_text, running

@@ -14,7 +14,8 @@ import pytest
 from adapters.schedulers.slurm.auth import JwtToken
 from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.slurm.sink import SlurmSink
-from daemon.delivery.outbox import DecisionStore, OutboxBusy, Status
+from daemon.delivery.database import OutboxBusy
+from daemon.delivery.outbox import DecisionStore, Status
 from fakes.slurmrestd import FakeSlurmrestd
 from policies.model import REASON_PREFIX, Action, idempotency_key
 from tests.support.delivery import StoreAndDeliverer as Outbox

@@ -315,8 +315,8 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
     from daemon.config.policy import PolicyConfig  # noqa: PLC0415
     from daemon.http.api import StateBody  # noqa: PLC0415
     from daemon.http.events import EventHub  # noqa: PLC0415
+    from daemon.http.view import ServiceView  # noqa: PLC0415
     from daemon.service.state import StateStore  # noqa: PLC0415
-    from daemon.service.view import ServiceView  # noqa: PLC0415
     from policies.model import Quality, Reading, SensorKind  # noqa: PLC0415
 
     store = StateStore()

@@ -22,15 +22,16 @@ import aiohttp
 import orjson
 import pytest
 
+from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
+from daemon.config.outbox_path import MEMORY
 from daemon.delivery.notices import JobNote, Notice
-from daemon.delivery.outbox import MEMORY, DecisionStore, Pending, Status
+from daemon.delivery.outbox import DecisionStore, Pending, Status
 from daemon.delivery.overrides import OverrideRequest, OverrideStore, parse_override
 from daemon.http.api import ApiContext, make_app
-from daemon.http.bodies import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EVENT_DATA, EventHub, delivery_event
 from daemon.http.notice import Notice as NoticeBody
-from daemon.service.view import ServiceView, SourceStatus
+from daemon.http.view import ServiceView, SourceStatus
 from policies.codec import to_data
 from policies.model import (
     Action,
@@ -81,6 +82,7 @@ class FixedView:
         self.simulated = False
         self.generation = 0
         self.outcome: Outcome | None = None
+        self.evaluated_at: float | None = None
         self.refusal = ""
         self.problem_list: list[str] = []
         self.storage_error = ""
@@ -231,6 +233,7 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         ]  # fmt: skip
         view.generation = 1
         view.outcome = Outcome(NODE_A, [GPU_A, GPU_B], RACK_A, "rack power from 1 of 2 PDUs")
+        view.evaluated_at = 3.0
         view.problem_list = ["scheduler refuses: HTTP 401"]
         view.refusal = "HTTP 401 unauthorized"
         view.cluster = ClusterStatus(
@@ -299,7 +302,7 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         await take("node_notice.open", "/v1/node/notice")
         await take("notices.two", "/v1/notices")
 
-        # Each kind of event, its data as the daemon publishes it (daemon/service/app.py).
+        # Each kind of event, its data as the daemon publishes it (daemon/app.py).
         hub = view.events
         hub.publish("assessment", GPU_A)
         hub.publish("decision", DRAIN)

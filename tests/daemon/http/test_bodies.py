@@ -14,8 +14,9 @@ import msgspec
 import pytest
 from jsonschema import Draft202012Validator
 
-from daemon.http.bodies import ClusterStatus, EtcdStatus, Ready, to_wire
+from daemon.cluster.status import ClusterStatus, EtcdStatus
 from daemon.http.bodies import OutboxHealth as OutboxHealthBody
+from daemon.http.bodies import Ready, to_wire
 from daemon.http.openapi import MODELS, OPENAPI, REQUEST_BODIES, REQUEST_UNIONS
 from policies.codec import WIRE_OMITS, field_names, models_in, unset_fields
 from tests.support.schemas import assert_fields_in_schema

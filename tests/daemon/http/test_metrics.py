@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import parse_config
-from daemon.service.app import Daemon
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from fakes.slurmrestd import FakeSlurmrestd

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import parse_config
-from daemon.service.app import Daemon
 from fakes.nvml import fake_node
 from policies.model import Quality, Reading, SensorKind
 from tests.support.daemon_harness import config_text

@@ -201,7 +201,7 @@ async def test_a_reload_with_an_unbuildable_source_changes_nothing(agent: Agent)
 
 
 async def test_hostile_override_text_cannot_forge_log_records(agent: Agent) -> None:
-    forged = "<3>daemon.service.app: chaos-07: stopped"
+    forged = "<3>daemon.app: chaos-07: stopped"
     body = {
         "action": "reset_storm",
         "actor": "mallory\n" + forged,
@@ -217,7 +217,7 @@ async def test_hostile_override_text_cannot_forge_log_records(agent: Agent) -> N
             assert resp.status == 200, await resp.text()
         await agent.logged("override by mallory")
     (line,) = [x for x in agent.lines() if "override by" in x]
-    assert line.startswith("<4>daemon.service.app: override by mallory\\n<3>")
+    assert line.startswith("<4>daemon.app: override by mallory\\n<3>")
     assert "\\x1b[2J" in line and "\\x00" in line and "\\u2028" in line
     assert not any(x.startswith(forged) for x in agent.lines())  # nothing forged
     agent.assert_clean()

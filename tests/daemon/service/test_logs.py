@@ -51,14 +51,14 @@ def test_journald_lines_carry_the_syslog_priority_and_no_timestamp(level: int, p
 def test_untrusted_text_cannot_forge_a_record_or_drive_a_terminal(
     formatter: logging.Formatter,
 ) -> None:
-    actor = "mallory\n<3>daemon.service.app: node drained by admin\r\x00\x1b[2J\x9b\u2028"
+    actor = "mallory\n<3>daemon.app: node drained by admin\r\x00\x1b[2J\x9b\u2028"
     rec = logging.LogRecord(
-        "daemon.service.app", logging.WARNING, __file__, 1, "override by %s", (actor,), None
+        "daemon.app", logging.WARNING, __file__, 1, "override by %s", (actor,), None
     )
     line = formatter.format(rec)
     assert "\n" not in line and "\r" not in line and "\x00" not in line
     assert "\x1b" not in line and "\x9b" not in line and "\u2028" not in line
-    assert "mallory\\n<3>daemon.service.app: node drained by admin\\r\\x00\\x1b[2J" in line
+    assert "mallory\\n<3>daemon.app: node drained by admin\\r\\x00\\x1b[2J" in line
 
 
 def test_a_traceback_is_one_journald_record_with_its_priority() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.app import Daemon
 from daemon.config import load_config
-from daemon.service.app import Daemon
 from daemon.service.notify import Notifier
 from fakes.nvml_module import simulated_node
 from fakes.scheduler import FakeWebhookScheduler
@@ -114,18 +114,20 @@ async def test_blocked_event_loop_stops_the_watchdog_pings(
             except BlockingIOError:
                 return
 
+    def count() -> int:
+        collect()
+        return len(pings)
+
     try:
         await asyncio.wait_for(daemon.ready.wait(), 5)
-        await asyncio.sleep(0.5)
-        collect()
+        await wait_until(lambda: count() >= 5, 5, "5 watchdog pings")
         before = len(pings)
         blocked_at = time.monotonic()
         time.sleep(1.0)  # noqa: ASYNC251 - deliberately block the loop, as a hang would
         collect()
         assert not [p for p in pings if p > blocked_at], "pings continued while blocked"
-        await asyncio.sleep(0.5)
-        collect()
-        assert before >= 5 and len(pings) > before  # pings resume once the loop runs again
+        # Pings resume once the loop runs again.
+        await wait_until(lambda: count() > before, 5, "a ping after the block")
     finally:
         daemon.stop()
         await asyncio.wait_for(task, 5)

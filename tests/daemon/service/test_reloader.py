@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.app import Daemon
 from daemon.config import load_config
-from daemon.service.app import Daemon
 from fakes.nvml import FakeNvml
 from fakes.nvml_module import simulated_node
 from tests.support.wait import wait_until

@@ -24,12 +24,12 @@ import yaml
 from adapters.schedulers.kubernetes.backend import KubernetesBackend
 from adapters.schedulers.kubernetes.client import KubeClient, connection
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import parse_config
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore
 from daemon.http.bodies import to_wire
 from daemon.http.steering import SteeringCollector
-from daemon.service.app import Daemon
 from daemon.service.steering import Steering
 from fakes.kube_api import FakeKubeApi
 from fakes.nvml import fake_node

@@ -92,17 +92,29 @@ def rest_shape(job: dict[str, Any]) -> dict[str, Any]:
 def test_hostile_jobs_only_the_nodes_own_jobs_every_one_of_them(
     jobs: list[dict[str, Any]], node: str
 ) -> None:
-    expected = {str(j["job_id"]) for j in jobs if on(j, node)}
+    here = {str(j["job_id"]): j for j in jobs if on(j, node)}
+    targets = {target(j) for j in here.values()}
     text = orjson.dumps({"jobs": jobs}).decode()  # squeue --json on 22.05
     for listing in (decode_json(text), convert({"jobs": [rest_shape(j) for j in jobs]})):
         found = running_on(listing, node)
-        assert {j.job_id for j in found} == expected
-        assert len(found) == len(expected)  # each once
+        # Every job of the node is acted on, once (a hetjob's parts through one leader),
+        # and nothing else: each found job is one of the node's own.
+        assert {j.acted_on for j in found} == targets
+        assert len(found) == len(targets)
         for job in found:
-            assert job.node == node and job.job_id.isdigit()
-            assert job.requeue_id.isdigit()
+            assert job.node == node and job.job_id in here
+            assert job.acted_on == target(here[job.job_id])
             for shown in (job.name, job.user):
                 assert len(shown) <= SHOWN_LIMIT and shown.isprintable()
+
+
+def target(job: dict[str, Any]) -> str:
+    """What Slurm acts on for this job: a hetjob's leader, an array task as A_T."""
+    if job["het_job_id"]:
+        return str(job["het_job_id"])
+    if job["array_task_id"] is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return str(job["job_id"])
 
 
 def test_hostile_jobs_the_attack_names_the_attackers_job_only() -> None:
@@ -161,8 +173,8 @@ def test_hostile_jobs_arrays_and_heterogeneous_jobs_by_the_ids_slurm_acts_on() -
         },
     ]
     found = running_on(decode_json(orjson.dumps({"jobs": jobs})), "gpu03")
-    assert [(j.job_id, j.shown, j.requeue_id) for j in found] == [
-        ("5", "3_0", "5"),
+    assert [(j.job_id, j.shown, j.acted_on) for j in found] == [
+        ("5", "3_0", "3_0"),
         ("7", "6+1", "6"),
     ]
 

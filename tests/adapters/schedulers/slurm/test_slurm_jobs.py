@@ -28,9 +28,9 @@ from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.slurm.jobs import SlurmJobs
 from adapters.schedulers.slurm.sink import SlurmSink
 from adapters.sensors.nvml import NvmlAdapter
+from daemon.app import Daemon
 from daemon.config import parse_config
 from daemon.delivery.notices import JobNotices, NoticeSettings
-from daemon.service.app import Daemon
 from fakes.nvml import fake_node
 from policies.model import Action
 from tests.support.delivery import StoreAndDeliverer, decision

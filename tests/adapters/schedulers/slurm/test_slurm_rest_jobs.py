@@ -198,12 +198,13 @@ async def test_signal_answers_become_outcomes(fake: FakeSlurmrestd, slurm_token:
         assert (await jobs.notify(finished_job, terms("USR1")))[0] is Outcome.GONE
         elsewhere, said = await jobs.notify(RunningJob(str(done), node="gpu02"), terms("USR1"))
         assert elsewhere is Outcome.GONE and said == NOT_HERE
-        # The request itself is wrong (HTTP 400): sending it again cannot help.
-        refused, said = await jobs.notify(RunningJob(str(done), **here), terms("NOSUCHSIG"))
-        assert refused is Outcome.REFUSED and "HTTP 400" in said
+        # A signal name slurmrestd does not parse: 24.11 answers 200 with error 0 (and
+        # kills the job): sending it again cannot help, and it is no notice.
+        refused, said = await jobs.notify(RunningJob(str(done), **here), terms("WINCH"))
+        assert refused is Outcome.REFUSED and "Unknown signal" in said
     finally:
         await sink.close()
-    assert fake.jobs[done].signals == [("USR1", "BATCH_JOB")]
+    assert fake.jobs[done].signals == [("USR1", "BATCH_JOB"), ("KILL", "BATCH_JOB")]
 
 
 async def test_a_user_who_may_not_signal_is_an_operators_problem(
@@ -263,7 +264,7 @@ async def test_hostile_jobs_a_malformed_job_list_is_refused_whole(
     assert not transient.value.permanent
     assert forbidden.value.permanent and forbidden.value.reason == "auth"
     assert [j.job_id for j in listed] == ["10", "7"]
-    assert listed[1] == RunningJob("7", "", "al", node="gpu01", label="7", requeue_id="7")
+    assert listed[1] == RunningJob("7", "", "al", node="gpu01", label="7", target="7")
 
 
 async def test_slurm_22_05_keeps_the_commands(slurm_token: Path) -> None:
@@ -404,4 +405,4 @@ async def test_a_federation_job_id_is_signalled_through_the_job_list_path(
     assert listed.job_id == str(big) and gone is Outcome.GONE
     assert fake.jobs[big].signals == [("USR1", "FULL_JOB")]
     assert ("DELETE", "/slurm/v0.0.42/jobs/") in fake.requests
-    assert status == 500  # the singular path would have refused it
+    assert status == 404  # the singular path would have refused it (24.11: 404, 2017)

@@ -13,7 +13,7 @@ import pytest
 
 from adapters.base import DeliveryError
 from adapters.schedulers.webhook.sink import WebhookSink, sign
-from daemon.delivery.outbox import MEMORY
+from daemon.config.outbox_path import MEMORY
 from fakes.scheduler import FakeWebhookScheduler
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from tests.support.delivery import StoreAndDeliverer

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -20,7 +21,7 @@ from tests.support.daemon_harness import SIMULATED_RACKGUARD, config_text, runni
 from tests.support.paths import ROOT
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
 from tests.support.secrets import write_secret
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_sync
 
 
 @pytest.fixture
@@ -113,6 +114,14 @@ def free_port() -> int:
         return port
 
 
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:  # HTTPError (503: not yet) is an OSError
+        return False
+
+
 def test_process_stops_cleanly_on_sigterm(tmp_path: Path, secret: Path) -> None:
     port = free_port()
     cfg = tmp_path / "rg.toml"
@@ -135,7 +144,8 @@ def test_process_stops_cleanly_on_sigterm(tmp_path: Path, secret: Path) -> None:
                 assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 assert time.monotonic() < deadline, "daemon did not start listening"
                 time.sleep(0.05)
-        time.sleep(0.3)
+        # Stopped once fully started (every source reported), not mid-start-up.
+        wait_until_sync(lambda: _ready(port), 15, "GET /readyz 200")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=5)

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from daemon.http.view import ServiceView
 from daemon.service.notify import Notifier
 from daemon.service.runner import SourceRunner
-from daemon.service.view import ServiceView
 
 log = logging.getLogger(__name__)
 

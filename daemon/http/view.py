@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
+from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Pending
-from daemon.http.bodies import ClusterStatus, LogItem, OutboxHealth, Overrides, PinEntry, Ready
+from daemon.http.bodies import LogItem, OutboxHealth, Overrides, PinEntry, Ready
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
 from policies.model import Reading
@@ -92,6 +93,11 @@ class ServiceView:
     def outcome(self) -> Any:
         """The policy's latest evaluation (None before the first)."""
         return self._engine.last
+
+    @property
+    def evaluated_at(self) -> float | None:
+        """When (Unix time) the policy last evaluated (None before the first)."""
+        return self._engine.last_wall
 
     @property
     def rack(self) -> str:

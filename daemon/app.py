@@ -25,13 +25,14 @@ from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.backend import Backend
 from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.kubernetes.client import KubeAuthError
-from daemon.cluster.build import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.config import Config, read_secret
+from daemon.config.outbox_path import outbox_location
 from daemon.config.policy import policy_settings
 from daemon.config.sources import SourceTiming
+from daemon.delivery.database import OutboxBusy, OutboxRefused
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices
-from daemon.delivery.outbox import DecisionStore, OutboxBusy, OutboxRefused, Status, outbox_location
+from daemon.delivery.outbox import DecisionStore, Status
 from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_backend, build_job_notices
@@ -40,8 +41,10 @@ from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
 from daemon.http.steering import SteeringCollector
+from daemon.http.view import ServiceView
 from daemon.replay.recorder import TraceRecorder
 from daemon.service.build import build_adapters, first_connect
+from daemon.service.cluster import FleetCollector, build_fleet, build_leader, run_fleet
 from daemon.service.engine import PolicyEngine
 from daemon.service.listener import CappedSite, connection_cap
 from daemon.service.notify import Notifier
@@ -49,9 +52,8 @@ from daemon.service.reloader import Reloader
 from daemon.service.runner import SourceRunner
 from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
-from daemon.service.status import StatusReporter
 from daemon.service.steering import Steering, build_setting
-from daemon.service.view import ServiceView
+from daemon.status import StatusReporter
 from policies.model import Action, Decision, FaultDomain, Reading
 
 log = logging.getLogger(__name__)

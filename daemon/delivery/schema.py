@@ -1,0 +1,120 @@
+"""The outbox database's tables, version by version, and the migrations between them.
+
+The file says what it is (``PRAGMA application_id``) and which version it holds
+(``PRAGMA user_version``); MIGRATIONS[v] takes it from v to v + 1.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+SCHEMA_VERSION = 3
+APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
+
+# Version 1. Version 0 is the unversioned schema of the first releases: the same
+# tables without decisions.boot.
+_TABLES_V1 = (
+    """CREATE TABLE IF NOT EXISTS decisions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    base_key TEXT NOT NULL,
+    node TEXT NOT NULL,
+    action TEXT NOT NULL,
+    body BLOB NOT NULL,
+    origin TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    sent INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    outcome TEXT NOT NULL DEFAULT '',
+    queued_at REAL NOT NULL,
+    done_at REAL,
+    boot TEXT NOT NULL DEFAULT ''
+)""",
+    "CREATE INDEX IF NOT EXISTS decisions_node ON decisions (node, seq)",
+    "CREATE INDEX IF NOT EXISTS decisions_status ON decisions (status, seq)",
+    "CREATE INDEX IF NOT EXISTS decisions_base_key ON decisions (base_key)",
+    "CREATE TABLE IF NOT EXISTS overrides (key TEXT PRIMARY KEY, body BLOB NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    node TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    body BLOB NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS audit_at ON audit (at)",
+)
+# Version 2: job notices (daemon/delivery/notices.py). One row per notice (a
+# drain or exclusion applied: its deadline and where it stands) and one per job
+# told, so a restart neither signals a job twice nor forgets its requeue.
+_TABLES_V2 = (
+    """CREATE TABLE IF NOT EXISTS notices (
+    key TEXT PRIMARY KEY,
+    node TEXT NOT NULL,
+    action TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    noticed_at REAL NOT NULL,
+    deadline REAL NOT NULL,
+    told_at REAL,
+    closed_at REAL,
+    closed TEXT NOT NULL DEFAULT ''
+)""",
+    "CREATE INDEX IF NOT EXISTS notices_open ON notices (closed_at, node)",
+    """CREATE TABLE IF NOT EXISTS notice_jobs (
+    notice TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    user TEXT NOT NULL DEFAULT '',
+    signal TEXT NOT NULL DEFAULT '',
+    signal_started_at REAL,
+    signaled TEXT NOT NULL DEFAULT '',
+    requeued_at REAL,
+    requeued TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (notice, job_id)
+)""",
+)
+# Version 3: steering (daemon/service/steering.py). Per node, the scheduler's
+# setting before rackguard's first write (to restore), rackguard's last write and
+# one it started (a crash may have applied it): a value that is none of them was
+# set by someone else, and rackguard leaves it alone.
+_TABLES_V3 = (
+    """CREATE TABLE IF NOT EXISTS steering (
+    node TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    original TEXT,
+    written TEXT,
+    writing TEXT,
+    written_at REAL,
+    bucket INTEGER
+)""",
+)
+_OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs", "steering"}
+
+
+def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
+    if "decisions" in tables:
+        db.execute("ALTER TABLE decisions ADD COLUMN boot TEXT NOT NULL DEFAULT ''")
+    for statement in _TABLES_V1:
+        db.execute(statement)
+
+
+def _migrate_1_to_2(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _TABLES_V2:
+        db.execute(statement)
+
+
+def _migrate_2_to_3(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _TABLES_V3:
+        db.execute(statement)
+
+
+# MIGRATIONS[v] takes a database at version v to v + 1.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
+    _migrate_0_to_1,
+    _migrate_1_to_2,
+    _migrate_2_to_3,
+)
