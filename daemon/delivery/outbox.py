@@ -54,7 +54,7 @@ STALL_S = 5.0  # a write outstanding this long makes the store unhealthy
 READ_TIMEOUT_S = 3.0  # an API read waiting longer (behind a stalled write) gives up
 RETRY_S = 5.0  # how often rows held in memory are offered to a failing disk again
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -261,6 +261,8 @@ _TABLES_V3 = (
     bucket INTEGER
 )""",
 )
+# Version 4: a job's own deadline on a notice (a pod that appeared after the tell).
+_COLUMNS_V4 = ("ALTER TABLE notice_jobs ADD COLUMN deadline REAL",)
 _OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs", "steering"}
 
 
@@ -281,11 +283,17 @@ def _migrate_2_to_3(db: sqlite3.Connection, tables: set[str]) -> None:
         db.execute(statement)
 
 
+def _migrate_3_to_4(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _COLUMNS_V4:
+        db.execute(statement)
+
+
 # MIGRATIONS[v] takes a database at version v to v + 1.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
     _migrate_0_to_1,
     _migrate_1_to_2,
     _migrate_2_to_3,
+    _migrate_3_to_4,
 )
 
 _COLUMNS = (
