@@ -268,6 +268,7 @@ class FakeKubeApi:
     before_next_evict: Callable[[str, str], None] | None = None  # run once, with ns and name
     deny_namespaces: dict[str, str] = field(default_factory=dict)  # admission webhook: ns -> why
     daemonsets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    node_reads: int = 0  # GET of one node: what steering's reads cost the API server
     resource_version: int = 100
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -419,6 +420,7 @@ class FakeKubeApi:
 
     async def _get_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        self.node_reads += 1
         if name not in self.nodes:
             return _status(404, "NotFound", f'nodes "{name}" not found')
         return self._json(self.nodes[name])
