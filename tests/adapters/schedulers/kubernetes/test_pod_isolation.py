@@ -231,3 +231,32 @@ async def test_pod_isolation_a_late_pod_on_an_excluded_node_gets_the_critical_gr
         clock.now = T0 + 40.0
         await wait_until(r.closed, what="evicted")
     assert [name for _, name, s in api.evictions if s == 201] == ["early", "late"]
+
+
+async def test_pod_isolation_a_blocked_pod_retries_on_its_own_schedule_shown_on_that_pod(
+    api: FakeKubeApi, run: Callable[[Clock], Notices]
+) -> None:
+    three_pods(api)
+    budget = Budget(("app", "middle"), disruptions_allowed=0)
+    api.budgets.append(budget)
+    clock = Clock()
+    async with run(clock) as r:
+        await applied(r, Action.DRAIN)
+        clock.now = DEADLINE
+        await wait_until(lambda: r.notice().jobs["odd/middle"].error != "", what="a 429")
+        body = to_wire(NoticeBody.of(r.notice()))
+        jobs = {j["job_id"]: j for j in body["jobs"]}
+        assert "disruption budget" in jobs["odd/middle"]["error"]
+        assert jobs["odd/middle"]["retry_at"] == DEADLINE + 1.0
+        assert jobs["ml/first"]["error"] == "" and jobs["ml/first"]["retry_at"] is None
+        assert body["error"].startswith("odd/middle: ")
+        # The others went at once; the blocked one is asked again only at its retry_at.
+        assert sorted(name for _, name, s in api.evictions if s == 201) == ["first", "last"]
+        await r.cycles()
+        assert [s for _, name, s in api.evictions if name == "middle"] == [429]
+        budget.disruptions_allowed = 1
+        clock.now = DEADLINE + 1.0
+        await wait_until(r.closed, what="evicted at last")
+        (n,) = r.notices.all()
+    assert n.closed == "requeued" and n.error == ""
+    assert [s for _, name, s in api.evictions if name == "middle"] == [429, 201]
