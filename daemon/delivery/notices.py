@@ -39,7 +39,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from adapters.schedulers.jobs import (
@@ -373,16 +373,6 @@ class JobNotices:
             level = first if n.failures == 1 else logging.DEBUG
             log.log(level, "%s: job notice: %s; retry in %.0fs", n.node, err, delay)
             return
-        if n.failures:
-            log.info("%s: job notice: %s reachable again", n.node, self._jobs.name)
-        n.failures = 0
-        # The notice's own schedule is its jobs': the earliest retry of one that failed.
-        pending = [j.retry_at for j in n.jobs.values() if j.error and j.retry_at > self._wall()]
-        n.retry_at = min(pending, default=0.0)
-        error = "; ".join(f"{j.job_id}: {j.error}" for j in n.jobs.values() if j.error)
-        if error != n.error:
-            n.error = error
-            self._changed(n)
 
     def next_at(self, n: Notice) -> float:
         """When the notice has something to do next (wall clock)."""
@@ -407,6 +397,9 @@ class JobNotices:
         signal = self.settings.signal
         terms = NoticeTerms(signal, n.deadline, n.reason, n.domain)
         listed = await self._jobs.running(n.node)
+        if n.failures:
+            log.info("%s: job notice: %s reachable again", n.node, self._jobs.name)
+        n.failures = 0
         for job in listed:
             note = n.jobs.get(job.job_id)
             if note is not None and note.retry_at > now:
@@ -427,9 +420,18 @@ class JobNotices:
                 if note is not None and note.error:
                     note.error, note.failures, note.retry_at = "", 0, 0.0
                     log.info("%s: job %s: through at last", n.node, job.shown)
+        # The notice's own schedule is its jobs': the earliest retry of one that failed.
+        pending = [j.retry_at for j in n.jobs.values() if j.error and j.retry_at > self._wall()]
+        n.retry_at = min(pending, default=0.0)
+        error = "; ".join(f"{j.job_id}: {j.error}" for j in n.jobs.values() if j.error)
+        if error != n.error:
+            n.error = error
+            self._changed(n)
         if n.told_at is None:
+            # Shown as told only once that is on disk (a restart must not tell again).
+            await self._store.write(partial(_put_notice, n=replace(n, told_at=now)))
             n.told_at = now
-            await self._save(n, partial(_put_notice, n=n))
+            self._changed(n)
         ids = {job.job_id for job in listed}
         waiting = [j for j in n.jobs.values() if j.job_id in ids and not j.settled]
         if not self.settings.requeue:

@@ -159,6 +159,7 @@ class KubePods:
         self._client = client
         self._events = record_events
         self._bare: set[str] = set()  # job ids of the pods no controller owns, as last listed
+        self._warned_daemonsets = False  # a 403 on DaemonSets said once
 
     async def _call(
         self, what: str, method: str, path: str, body: Any, ctype: str
@@ -203,7 +204,8 @@ class KubePods:
                 key = (job.user, ds[0])
                 if key not in daemonsets:
                     daemonsets[key] = await self._daemonset_uid(*key)
-                if daemonsets[key] is not None and daemonsets[key] in ("", ds[1]):
+                found = daemonsets[key]
+                if found is not None and ("" in (found, ds[1]) or found == ds[1]):
                     continue  # a DaemonSet's pod: it would come straight back
                 bare.add(job.job_id)  # an orphan: its DaemonSet is gone
             elif controller_of(pod) is None:
@@ -219,6 +221,13 @@ class KubePods:
         status, body = await self._call(what, "GET", path, None, "application/json")
         if status == 404:
             return None
+        if status in (401, 403):
+            # A ClusterRole from before this check: skip the pod as a DaemonSet's, as
+            # before, rather than tell no pod of the node at all.
+            if not self._warned_daemonsets:
+                log.warning("%s: %s; pods owned by a DaemonSet are taken at its word", what, _RBAC)
+                self._warned_daemonsets = True
+            return ""
         if status != 200 or not isinstance(body, dict):
             raise self._error(what, status, body)
         uid = (body.get("metadata") or {}).get("uid")

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from adapters.schedulers.decision_json import rfc3339
+from adapters.schedulers.jobs import Outcome
+from adapters.schedulers.kubernetes.client import KubeClient, connection
+from adapters.schedulers.kubernetes.pods import KubePods
 from daemon.delivery.outbox import Status
 from daemon.http.bodies import to_wire
 from daemon.http.notice import Notice as NoticeBody
@@ -243,7 +246,7 @@ async def test_pod_isolation_a_blocked_pod_retries_on_its_own_schedule_shown_on_
     async with run(clock) as r:
         await applied(r, Action.DRAIN)
         clock.now = DEADLINE
-        await wait_until(lambda: r.notice().jobs["odd/middle"].error != "", what="a 429")
+        await wait_until(lambda: r.notice().error != "", what="the pass, with a 429")
         body = to_wire(NoticeBody.of(r.notice()))
         jobs = {j["job_id"]: j for j in body["jobs"]}
         assert "disruption budget" in jobs["odd/middle"]["error"]
@@ -260,3 +263,25 @@ async def test_pod_isolation_a_blocked_pod_retries_on_its_own_schedule_shown_on_
         (n,) = r.notices.all()
     assert n.closed == "requeued" and n.error == ""
     assert [s for _, name, s in api.evictions if name == "middle"] == [429, 201]
+
+
+async def test_pod_isolation_a_daemonset_recreated_or_unreadable_is_handled_as_drain_would(
+    api: FakeKubeApi, token_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.add_pod("kube-system", "exporter", "node-a", daemonset=True)
+    pods = KubePods(KubeClient(connection(api_url=api.url, token_file=token_file)))
+    try:
+        assert await pods.running("node-a") == []
+        # The DaemonSet deleted and recreated under its name: this pod is an orphan.
+        api.daemonsets[("kube-system", "ds")]["metadata"]["uid"] = "uid-ds-2"
+        (orphan,) = await pods.running("node-a")
+        outcome, said = await pods.requeue(orphan)
+        assert outcome is Outcome.REFUSED and "no controller" in said
+        # An old ClusterRole without get on daemonsets: taken at its word, said once.
+        api.forbid = {"get daemonsets"}
+        assert await pods.running("node-a") == []
+        assert await pods.running("node-a") == []
+        warned = [r for r in caplog.records if "daemonsets.apps" in r.getMessage()]
+        assert len(warned) == 1
+    finally:
+        await pods.close()
