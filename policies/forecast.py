@@ -17,28 +17,17 @@ Pure: samples and their timestamps in, numbers out. Same input, same output.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING
 
-from policies.search import NATIVE, left
 from policies.window import Bucket, BucketWindow
 
-# Packed vectors of doubles, which mypyc compiles natively: only PackedSlopes uses them.
-# A node without the build tools (librt comes with mypy) runs SortedSlopes instead.
-with contextlib.suppress(ImportError):
-    from librt.vecs import append, vec
 
-if TYPE_CHECKING:
-    from mypy_extensions import i64
-
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Trend:
     """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
 
@@ -49,25 +38,6 @@ class Trend:
     t_ref: float
     n: int
     span_s: float
-
-    def __init__(
-        self,
-        slope: float,
-        lo: float,
-        hi: float,
-        level: float,
-        t_ref: float,
-        n: int,
-        span_s: float,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "slope", slope)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-        object.__setattr__(self, "level", level)
-        object.__setattr__(self, "t_ref", t_ref)
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "span_s", span_s)
 
     def at(self, t: float) -> float:
         """The fitted value at time ``t``."""
@@ -149,7 +119,7 @@ def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
     return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class TimeToThreshold:
     """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
 
@@ -159,12 +129,6 @@ class TimeToThreshold:
     point_s: float | None
     early_s: float | None
     late_s: float | None
-
-    def __init__(self, point_s: float | None, early_s: float | None, late_s: float | None) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "point_s", point_s)
-        object.__setattr__(self, "early_s", early_s)
-        object.__setattr__(self, "late_s", late_s)
 
 
 def time_to_threshold(
@@ -263,7 +227,7 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
-class PairSlopes:
+class SortedSlopes:
     """The pairwise slopes of a moving run of buckets, kept sorted as buckets come and go.
 
     A fit at every bucket close needs order statistics of every pair's slope; a run
@@ -273,50 +237,23 @@ class PairSlopes:
     equal), are found and deleted: the first equal slope for each, as a bisection
     finds it. Ties keep their order (old slopes before new ones, new ones in pair
     order), as a stable sort of the kept list and its new tail leaves them.
-
-    Two stores of the same slopes: :class:`SortedSlopes` in a list, whose bisection
-    and sort run in C, for the sources; :class:`PackedSlopes` in a packed vector of
-    doubles, with the merge written out, for the compiled build (policies/native.py),
-    where a list's slopes are boxed floats scattered over the heap.
     """
 
-    __slots__ = ("_buckets",)
+    __slots__ = ("_buckets", "_slopes")
 
     def __init__(self) -> None:
         self._buckets: list[Bucket] = []
+        self._slopes: list[float] = []
 
     def _moved(self, run: list[Bucket]) -> int:
         """How many kept buckets ``run`` has left behind; -1 if it is not a later state of them."""
         kept = self._buckets
         first = run[0]
-        drop = 0
-        for b in kept:
-            if b is first:
-                break
-            drop += 1
-        n = len(kept)
-        # Index loops, not islice() and map(): a compiled build runs them natively.
-        later = drop < n and n - drop <= len(run)
-        i = drop
-        while later and i < n:
-            later = kept[i] is run[i - drop]
-            i += 1
+        drop = next((i for i, b in enumerate(kept) if b is first), len(kept))
+        later = drop < len(kept) and len(kept) - drop <= len(run)
+        later = later and all(a is b for a, b in zip(kept[drop:], run, strict=False))
         # Not a later state of the kept run (a restart, a trimmed window): afresh.
         return drop if later else -1
-
-    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
-        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
-        raise NotImplementedError
-
-
-class SortedSlopes(PairSlopes):
-    """:class:`PairSlopes` in a sorted list of floats."""
-
-    __slots__ = ("_slopes",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._slopes: list[float] = []
 
     def of(self, run: list[Bucket]) -> list[float]:
         """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
@@ -336,10 +273,7 @@ class SortedSlopes(PairSlopes):
                 for j in range(i + 1, n):
                     b = kept[j]
                     if b.t > t:
-                        s = (b.value - y) / (b.t - t)
-                        del slopes[
-                            left(slopes, s, 0, len(slopes)) if NATIVE else bisect_left(slopes, s)
-                        ]
+                        del slopes[bisect_left(slopes, (b.value - y) / (b.t - t))]
             del kept[:drop]
         for new in run[len(kept) :]:
             t, y = new.t, new.value
@@ -359,117 +293,6 @@ class SortedSlopes(PairSlopes):
         if 0.0 in stats and _has_negative_zero(slopes):
             return _sen_in_pair_order(run, z)
         return stats
-
-
-class PackedSlopes(PairSlopes):
-    """:class:`PairSlopes` in a packed vector of doubles (librt.vecs), for the compiled build.
-
-    Interpreted, each element of a vector is a call: the sources use SortedSlopes.
-    """
-
-    __slots__ = ("_slopes", "_spare")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._slopes: vec[float] = vec[float]()
-        # The slopes before the last call: written over by the next merge when it has
-        # the right length (a sliding window loses as many pairs as it gains).
-        self._spare: vec[float] = vec[float]()
-
-    def of(self, run: list[Bucket]) -> vec[float]:
-        """As SortedSlopes.of, in a vector; kept, so read it before the next call."""
-        kept, slopes = self._buckets, self._slopes
-        gone = vec[float]()
-        drop = self._moved(run)
-        if drop < 0:
-            kept = self._buckets = []
-            slopes = vec[float]()
-        else:
-            n = len(kept)
-            for i in range(drop):
-                a = kept[i]
-                t, y = a.t, a.value
-                for j in range(i + 1, n):
-                    b = kept[j]
-                    if b.t > t:
-                        gone = append(gone, (b.value - y) / (b.t - t))
-            del kept[:drop]
-        new = vec[float]()
-        for b in run[len(kept) :]:
-            t, y = b.t, b.value
-            for a in kept:
-                if t > a.t:
-                    new = append(new, (y - a.value) / (t - a.t))
-            kept.append(b)
-        _insertion_sort(gone)
-        _insertion_sort(new)
-        out = self._spare
-        size = len(slopes) - len(gone) + len(new)
-        if len(out) != size:
-            out = vec[float](capacity=size)
-            for _ in range(size):
-                out = append(out, 0.0)
-        _merge_into(out, slopes, gone, new)
-        self._spare, self._slopes = slopes, out
-        return out
-
-    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
-        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
-        slopes = self.of(run)
-        n, m = len(run), len(slopes)
-        if n < 3 or m < 3:
-            return None
-        mid = m // 2
-        slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
-        lo_i, hi_i = _ranks(n, m, z)
-        stats = (slope, slopes[lo_i], slopes[hi_i])
-        if 0.0 in stats:
-            for s in slopes:
-                if s == 0.0 and math.copysign(1.0, s) < 0.0:
-                    return _sen_in_pair_order(run, z)
-        return stats
-
-
-def _insertion_sort(v: vec[float]) -> None:
-    """Sort a short vector in place, ties in their order."""
-    n = len(v)
-    i: i64 = 1
-    while i < n:
-        x = v[i]
-        j = i - 1
-        while j >= 0 and x < v[j]:
-            v[j + 1] = v[j]
-            j -= 1
-        v[j + 1] = x
-        i += 1
-
-
-def _merge_into(out: vec[float], kept: vec[float], gone: vec[float], new: vec[float]) -> None:
-    """Write sorted ``kept`` less sorted ``gone`` (the first equal of each) and sorted ``new``.
-
-    On a tie a kept slope comes first, as a stable sort of ``kept + new`` puts it.
-    ``out`` has the result's length and is not ``kept``; stores by index, not appends
-    (an append is a call into librt).
-    """
-    i: i64 = 0
-    g: i64 = 0
-    k: i64 = 0
-    n_gone = len(gone)
-    n_new = len(new)
-    for x in kept:
-        if g < n_gone and x == gone[g]:
-            g += 1
-            continue
-        while k < n_new and new[k] < x:
-            out[i] = new[k]
-            i += 1
-            k += 1
-        out[i] = x
-        i += 1
-    while k < n_new:
-        out[i] = new[k]
-        i += 1
-        k += 1
 
 
 def _has_negative_zero(slopes: list[float]) -> bool:
@@ -523,8 +346,8 @@ class SeriesForecaster:
         self._trusted = False
         self._since = -math.inf
         # The sorted slopes of the whole window and of its recent half.
-        self._whole: PairSlopes = PackedSlopes() if NATIVE else SortedSlopes()
-        self._recent: PairSlopes = PackedSlopes() if NATIVE else SortedSlopes()
+        self._whole = SortedSlopes()
+        self._recent = SortedSlopes()
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""

@@ -31,7 +31,7 @@ from typing import Final
 from policies.window import finite
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Resistance:
     """A thermal resistance estimate in K/W: median with its lower and upper bounds."""
 
@@ -39,13 +39,6 @@ class Resistance:
     lo: float
     hi: float
     n: int
-
-    def __init__(self, median: float, lo: float, hi: float, n: int) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "median", median)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-        object.__setattr__(self, "n", n)
 
 
 class ResistanceEstimator:
@@ -142,7 +135,7 @@ class ResistanceEstimator:
         return Resistance(median, ordered[lo_i], ordered[hi_i], n)
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class NodeHeadroom:
     """A node's headroom at full load: the least margin to slowdown any of its GPUs would
     have at its enforced power limit (the conservative bound of its resistance), in C.
@@ -155,19 +148,6 @@ class NodeHeadroom:
     trusted: bool = False
     estimated: int = 0  # GPUs with an estimate
     gpus: int = 0  # GPUs seen
-
-    def __init__(
-        self,
-        margin_c: float | None = None,
-        trusted: bool = False,
-        estimated: int = 0,
-        gpus: int = 0,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "margin_c", margin_c)
-        object.__setattr__(self, "trusted", trusted)
-        object.__setattr__(self, "estimated", estimated)
-        object.__setattr__(self, "gpus", gpus)
 
     @classmethod
     def of(cls, margins: list[float | None]) -> NodeHeadroom:

@@ -77,19 +77,6 @@ from policies.tracking import (
     fresh_value,
 )
 
-# Enum members as compiled constants: looked up on their class, a member costs a
-# generic attribute read each time (about 60 ns compiled; a Final here, under 1 ns).
-_RESUME: Final = Action.RESUME
-_CRITICAL: Final = Condition.CRITICAL
-_OK: Final = Condition.OK
-_UNKNOWN: Final = Condition.UNKNOWN
-_WARNING: Final = Condition.WARNING
-_COOLING_LOOP: Final = FaultDomain.COOLING_LOOP
-_GPU: Final = FaultDomain.GPU
-_NODE: Final = FaultDomain.NODE
-_NONE: Final = FaultDomain.NONE
-_RACK: Final = FaultDomain.RACK
-
 # The settings the trackers build their windows and fits with: a reload changing one
 # starts them afresh. The trackers read the others as they go (Tracker.settings).
 _TRACKER_FIELDS = (
@@ -113,7 +100,7 @@ _DOMAIN_WORDS = {
 }
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """One node's evaluation: the new state, what was seen, and the decision if any."""
 
@@ -126,29 +113,6 @@ class Outcome:
     critical: bool = False  # the decision is a critical exclusion
     following: str = ""
     headroom: NodeHeadroom = NO_HEADROOM  # at full load, for steering
-
-    def __init__(
-        self,
-        state: NodeState,
-        node_view: NodeView,
-        gpu_views: tuple[GpuView, ...],
-        rack: Assessment | None,
-        decision: Decision | None,
-        note: str = "",
-        critical: bool = False,
-        following: str = "",
-        headroom: NodeHeadroom = NO_HEADROOM,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "state", state)
-        object.__setattr__(self, "node_view", node_view)
-        object.__setattr__(self, "gpu_views", gpu_views)
-        object.__setattr__(self, "rack", rack)
-        object.__setattr__(self, "decision", decision)
-        object.__setattr__(self, "note", note)
-        object.__setattr__(self, "critical", critical)
-        object.__setattr__(self, "following", following)
-        object.__setattr__(self, "headroom", headroom)
 
     @property
     def node(self) -> Assessment:
@@ -329,7 +293,7 @@ class GpuView:
             ttt = self.ttt
             a = self._assessment = Assessment(
                 self.subject,
-                _GPU,
+                FaultDomain.GPU,
                 self.condition,
                 self.at,
                 value=self.value,
@@ -342,17 +306,11 @@ class GpuView:
         return a
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class _RackEvidence:
     loop: LoopEvidence
     air: AirEvidence
     assessment: Assessment | None
-
-    def __init__(self, loop: LoopEvidence, air: AirEvidence, assessment: Assessment | None) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "loop", loop)
-        object.__setattr__(self, "air", air)
-        object.__setattr__(self, "assessment", assessment)
 
 
 class Policy:
@@ -374,18 +332,6 @@ class Policy:
         self.breaker = BreakerState()
         # Per node: the GPU dict last seen and its keys in index order (see _gpus).
         self._gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = {}
-        self._read(settings)
-
-    def _read(self, s: PolicySettings) -> None:
-        # The settings every GPU's evaluation reads, as attributes of this class:
-        # compiled, a native field read (the settings' own fields are generic reads).
-        self._horizon_s = s.drain_horizon_s
-        self._stale_s = s.stale_after_s
-        self._critical_c = s.critical_margin_c
-        self._enter_c = s.enter_margin_c
-        self._shutdown_c = s.shutdown_margin_c
-        self._fastest = s.max_gpu_rate_c_per_min / 60.0
-        self._min_points = s.trend_min_points
 
     @property
     def settings(self) -> PolicySettings:
@@ -396,7 +342,6 @@ class Policy:
     def settings(self, new: PolicySettings) -> None:
         old = self._settings
         self._settings = new
-        self._read(new)
         if any(getattr(old, f) != getattr(new, f) for f in _TRACKER_FIELDS):
             # Windows and fits of another shape: start them afresh; states stay.
             self.tracker = Tracker(new, self.racks, default_node=self._default_node)
@@ -417,12 +362,12 @@ class Policy:
         may look fine long before the CDU or PDU source has reported.
         """
         old = self.states.get(node, NodeState())
-        out = action is not _RESUME
+        out = action is not Action.RESUME
         self.states[node] = NodeState(
             action=action,
             since=now,
             epoch=old.epoch,
-            domain=domain if out else _NONE,
+            domain=domain if out else FaultDomain.NONE,
             awaiting_evidence=out and domain in RACK_DOMAINS,
         )
 
@@ -479,16 +424,16 @@ class Policy:
     def _gpu(self, gpu: str, t: GpuTracker, now: float, reference: float | None) -> GpuView:
         s = self._settings
         subject = "gpu" + gpu
-        stale = self._stale_s
-        critical = self._critical_c
+        stale = s.stale_after_s
+        critical = s.critical_margin_c
         temp = t.fresh_temperature(now, stale)
         slow = t.fresh_slowdown(now, stale)
         if temp is None or slow is None:
             why_t = fresh(t.temperature, now, stale)[1]
             why_s = fresh(t.slowdown, now, stale)[1]
             detail = f"temperature {why_t}" if temp is None else f"slowdown threshold {why_s}"
-            return GpuView(subject, now, _UNKNOWN, s, detail=detail)
-        fast = _fast_heating(t, now, self._fastest)
+            return GpuView(subject, now, Condition.UNKNOWN, s, detail=detail)
+        fast = _fast_heating(t, now, s.max_gpu_rate_c_per_s)
         margin = slow - temp
         forecaster = t.margin
         # A steady GPU's forecaster is untrusted: no trend, no time to threshold.
@@ -503,23 +448,23 @@ class Policy:
             fall = -trend.slope if trend.falling else None
             early = ttt.early_s if ttt is not None else None
             if early is not None:
-                horizon = self._horizon_s
+                horizon = s.drain_horizon_s
                 predicted = early <= horizon
                 at_risk = early <= 2 * horizon
-        full = _full_load_margin(t, slow, reference, now, self._min_points, stale)
+        full = _full_load_margin(t, slow, reference, now, s.trend_min_points, stale)
         shutdown: float | None = None
-        enter = self._enter_c
+        enter = s.enter_margin_c
         if margin <= critical:
-            cond = _CRITICAL
+            cond = Condition.CRITICAL
         elif (shut := t.fresh_shutdown(now, stale)) is not None and (
-            shut - temp <= self._shutdown_c
+            shut - temp <= s.shutdown_margin_c
         ):
-            cond = _CRITICAL
+            cond = Condition.CRITICAL
             shutdown = shut
         elif margin <= enter or predicted:
-            cond = _WARNING
+            cond = Condition.WARNING
         else:
-            cond = _OK
+            cond = Condition.OK
         return GpuView(
             subject,
             now,
@@ -531,7 +476,7 @@ class Policy:
             ttt=ttt,
             trend_per_min=per_min,
             fall_c_per_s=fall,
-            predicted=cond is _WARNING and margin > enter,
+            predicted=cond is Condition.WARNING and margin > enter,
             at_risk=at_risk,
             fast_heating_c_per_s=fast,
             full_load_margin=full,
@@ -570,22 +515,22 @@ class Policy:
             return _RackEvidence(loop, air, None)
         horizon = self._settings.drain_horizon_s
         if air.over_limit:
-            cond, domain = _CRITICAL, _RACK
+            cond, domain = Condition.CRITICAL, FaultDomain.RACK
         elif loop.over_limit:
-            cond, domain = _CRITICAL, _COOLING_LOOP
+            cond, domain = Condition.CRITICAL, FaultDomain.COOLING_LOOP
         elif loop.failing or loop.limit_within(horizon):
             # Direct evidence, on fresh readings, whatever else is stale.
-            cond, domain = _WARNING, _COOLING_LOOP
+            cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
         elif air.limit_within(horizon):
-            cond, domain = _WARNING, _RACK
+            cond, domain = Condition.WARNING, FaultDomain.RACK
         elif (loop.monitored and not loop.known) or (air.monitored and not air.known):
-            cond, domain = _UNKNOWN, _NONE
+            cond, domain = Condition.UNKNOWN, FaultDomain.NONE
         elif loop.supply_rising:
-            cond, domain = _WARNING, _COOLING_LOOP
+            cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
         elif air.rising:
-            cond, domain = _WARNING, _RACK
+            cond, domain = Condition.WARNING, FaultDomain.RACK
         else:
-            cond, domain = _OK, _NONE
+            cond, domain = Condition.OK, FaultDomain.NONE
         a = Assessment(
             rack,
             domain,
@@ -761,10 +706,10 @@ class Policy:
             state = replace(state, awaiting_evidence=False)
         verdict, hot = self._verdict(node, rack, state, gpus, ev, rack_trouble, view)
         pin = o.pins.get(node)
-        in_service = state.action is _RESUME
+        in_service = state.action is Action.RESUME
         withheld = (
             drain_withheld(node, rack, verdict.domain, view, s, self.breaker, o)
-            if verdict.condition is _WARNING and in_service
+            if verdict.condition is Condition.WARNING and in_service
             else ""
         )
         if in_service and pin is None and not withheld:
@@ -824,7 +769,7 @@ class Policy:
         loop, air = ev.loop, ev.air
         known = [g for g in gpus if g.margin is not None]
         unknown = [g for g in gpus if g.margin is None]
-        critical = [g for g in known if g.condition is _CRITICAL]
+        critical = [g for g in known if g.condition is Condition.CRITICAL]
         warning = [g for g in known if g.condition in _HOT]
         leaders = _leaders(view, node, rack)
         healthy = self._healthy(state, gpus, unknown, loop, air, leaders)
@@ -844,7 +789,7 @@ class Policy:
         # on fresh readings of those series whether or not the others are fresh.
         if loop.leak:
             reason = f"{REASON_PREFIX} coolant leak in the cooling loop of {rack}"
-            verdict = Verdict(_CRITICAL, False, _COOLING_LOOP, reason)
+            verdict = Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
             return verdict, _worst(near or known)
         if loop.failing and loop.supply_rising and near:
             hot = _worst(near)
@@ -853,12 +798,12 @@ class Policy:
                 f"{REASON_PREFIX} cooling loop failing ({loop.detail}): "
                 f"{_temp_words(hot)} near slowdown {hot.threshold:.0f}C"
             )
-            return Verdict(_CRITICAL, False, _COOLING_LOOP, reason), hot
+            return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason), hot
         if critical:
             hot = _worst(critical)
             assert hot is not None
             return Verdict(
-                _CRITICAL, False, domain, _reason(hot, len(warning), domain, why, s)
+                Condition.CRITICAL, False, domain, _reason(hot, len(warning), domain, why, s)
             ), hot
         facility = self._facility(rack, gpus, ev)
         if facility is not None:
@@ -866,7 +811,9 @@ class Policy:
         if warning:
             hot = _worst([g for g in warning if not g.predicted] or warning)
             assert hot is not None
-            return Verdict(_WARNING, False, domain, _reason(hot, len(warning), domain, why, s)), hot
+            return Verdict(
+                Condition.WARNING, False, domain, _reason(hot, len(warning), domain, why, s)
+            ), hot
         unfit = [
             g
             for g in known
@@ -879,18 +826,20 @@ class Policy:
         # Follow a rack-wide drain that began after this node last came back (a node
         # that resumed on its own evidence does not re-follow what it already saw).
         since = state.since if state.since is not None else float("-inf")
-        follow = [x for x in leaders if x.since >= since] if state.action is _RESUME else []
+        follow = [x for x in leaders if x.since >= since] if state.action is Action.RESUME else []
         if state.following and leaders:
             follow = leaders
         if follow:
             lead = follow[0]
             words = _DOMAIN_WORDS[lead.domain]
             reason = f"{REASON_PREFIX} {words} event in {rack} (following {lead.node})"
-            return Verdict(_WARNING, False, lead.domain, reason, lead.node), _worst(known)
+            return Verdict(Condition.WARNING, False, lead.domain, reason, lead.node), _worst(known)
         if unknown or not gpus:
-            return Verdict(_UNKNOWN, False), None
-        cond = _OK if healthy or state.action is _RESUME else _WARNING
-        return Verdict(cond, healthy, state.domain if cond is _WARNING else domain), _worst(known)
+            return Verdict(Condition.UNKNOWN, False), None
+        cond = Condition.OK if healthy or state.action is Action.RESUME else Condition.WARNING
+        return Verdict(
+            cond, healthy, state.domain if cond is Condition.WARNING else domain
+        ), _worst(known)
 
     def _unfit(
         self, rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
@@ -898,17 +847,17 @@ class Policy:
         """Not fit for new work: a GPU would pass the enter margin at its power limit."""
         worst = min(unfit, key=lambda g: g.full_load_margin or 0.0)
         if loop.supply_rising:
-            domain, why = _COOLING_LOOP, f"; cooling loop: {loop.detail}"
+            domain, why = FaultDomain.COOLING_LOOP, f"; cooling loop: {loop.detail}"
         elif air.rising:
-            domain, why = _RACK, f"; rack: {air.detail}"
+            domain, why = FaultDomain.RACK, f"; rack: {air.detail}"
         else:
-            domain, why = (_NODE if len(unfit) >= 2 else _GPU), ""
+            domain, why = (FaultDomain.NODE if len(unfit) >= 2 else FaultDomain.GPU), ""
         more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
         reason = (
             f"{REASON_PREFIX} {worst.subject} would be "
             f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
         )
-        return Verdict(_WARNING, False, domain, reason)
+        return Verdict(Condition.WARNING, False, domain, reason)
 
     def _facility(self, rack: str, gpus: list[GpuView], ev: _RackEvidence) -> Verdict | None:
         """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
@@ -917,12 +866,12 @@ class Policy:
         horizon = s.drain_horizon_s
         if air.over_limit:
             reason = f"{REASON_PREFIX} inlet air of {rack} at or above its limit: {air.detail}"
-            return Verdict(_CRITICAL, False, _RACK, reason)
+            return Verdict(Condition.CRITICAL, False, FaultDomain.RACK, reason)
         if loop.over_limit:
             reason = (
                 f"{REASON_PREFIX} coolant supply of {rack} at or above its limit: {loop.detail}"
             )
-            return Verdict(_CRITICAL, False, _COOLING_LOOP, reason)
+            return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
         fast = [g for g in gpus if g.fast_heating_c_per_s is not None]
         # Without a current view of the loop (no cooling unit, or it stopped answering),
         # several GPUs heating fast at flat power is heat removal failing, not load.
@@ -935,14 +884,16 @@ class Policy:
             grace = _time_to_slowdown(fast)
             if grace is not None and grace < s.critical_grace_s:
                 reason = f"{REASON_PREFIX} {cause}: slowdown in ~{grace:.0f}s"
-                return Verdict(_CRITICAL, False, _COOLING_LOOP, reason)
-            return Verdict(_WARNING, False, _COOLING_LOOP, f"{REASON_PREFIX} {cause}")
+                return Verdict(Condition.CRITICAL, False, FaultDomain.COOLING_LOOP, reason)
+            return Verdict(
+                Condition.WARNING, False, FaultDomain.COOLING_LOOP, f"{REASON_PREFIX} {cause}"
+            )
         if loop.limit_within(horizon):
             reason = f"{REASON_PREFIX} coolant supply of {rack} nearing its limit: {loop.detail}"
-            return Verdict(_WARNING, False, _COOLING_LOOP, reason)
+            return Verdict(Condition.WARNING, False, FaultDomain.COOLING_LOOP, reason)
         if air.limit_within(horizon):
             reason = f"{REASON_PREFIX} inlet air of {rack} nearing its limit: {air.detail}"
-            return Verdict(_WARNING, False, _RACK, reason)
+            return Verdict(Condition.WARNING, False, FaultDomain.RACK, reason)
         return None
 
     def _healthy(
@@ -966,9 +917,9 @@ class Policy:
         horizon = 2 * s.drain_horizon_s
         if loop.flow_lost or loop.limit_within(horizon) or air.limit_within(horizon):
             return False
-        if state.domain is _COOLING_LOOP and loop.monitored and not loop.healthy:
+        if state.domain is FaultDomain.COOLING_LOOP and loop.monitored and not loop.healthy:
             return False
-        return not (state.domain is _RACK and air.monitored and not air.healthy)
+        return not (state.domain is FaultDomain.RACK and air.monitored and not air.healthy)
 
 
 _HOT: Final = (Condition.WARNING, Condition.CRITICAL)
@@ -1003,7 +954,7 @@ def _reason(g: GpuView, hot_gpus: int, domain: FaultDomain, why: str, s: PolicyS
     assert g.value is not None and g.threshold is not None and g.margin is not None
     others = hot_gpus - 1
     more = f" (+{others} more GPU{'s' if others > 1 else ''})" if others else ""
-    if g.condition is _CRITICAL:
+    if g.condition is Condition.CRITICAL:
         if g.margin <= s.critical_margin_c:
             what = f"at or above slowdown {g.threshold:.0f}C"
         else:
@@ -1017,7 +968,7 @@ def _reason(g: GpuView, hot_gpus: int, domain: FaultDomain, why: str, s: PolicyS
         )
     else:
         text = f"{REASON_PREFIX} {_temp_words(g)} near slowdown {g.threshold:.0f}C{more}"
-    if domain in (_COOLING_LOOP, _RACK) and why:
+    if domain in (FaultDomain.COOLING_LOOP, FaultDomain.RACK) and why:
         text += f"; {_DOMAIN_WORDS[domain]}: {why}"
     return text
 
@@ -1125,9 +1076,9 @@ def _time_to_slowdown(fast: list[GpuView]) -> float | None:
 
 def _evidence_seen(domain: FaultDomain, ev: _RackEvidence) -> bool:
     """The rack evidence for a rack-wide ``domain`` is all fresh now."""
-    if domain is _COOLING_LOOP:
+    if domain is FaultDomain.COOLING_LOOP:
         return ev.loop.known
-    if domain is _RACK:
+    if domain is FaultDomain.RACK:
         return ev.air.known
     return True
 
@@ -1145,7 +1096,7 @@ def _highest_fresh(
 
 
 def _node_detail(v: Verdict, hot: GpuView | None, gpus: tuple[GpuView, ...], note: str) -> str:
-    if v.condition is _UNKNOWN:
+    if v.condition is Condition.UNKNOWN:
         unknown = [f"{g.subject}: {g.detail}" for g in gpus if g.margin is None]
         text = "; ".join(unknown) or "no GPU readings"
     elif v.following:

@@ -19,19 +19,13 @@ from policies.settings import PolicySettings
 from policies.trace import Header, Line, TraceError, encode_decision, parse_readings
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Tick:
     """One evaluation of every node."""
 
     now: float
     wall: float
     outcomes: dict[str, Outcome]
-
-    def __init__(self, now: float, wall: float, outcomes: dict[str, Outcome]) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "now", now)
-        object.__setattr__(self, "wall", wall)
-        object.__setattr__(self, "outcomes", outcomes)
 
     @property
     def decisions(self) -> list[Decision]:

@@ -9,7 +9,6 @@ latest reading on every evaluation.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -22,26 +21,13 @@ from typing import ClassVar, Final
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
 from policies.model import Quality, Reading, SensorKind
-from policies.search import NATIVE, left, right
 from policies.settings import PolicySettings
 from policies.window import BucketWindow, finite
-
-# Packed vectors, which mypyc compiles natively: only PackedRecent uses them (as
-# policies/forecast.py's PackedSlopes). Without the build tools the sources run.
-with contextlib.suppress(ImportError):
-    from librt.vecs import append, pop, vec
-    from mypy_extensions import i64  # vec[i64] names it at run time
 
 _NOMINAL_POWER_LIMIT_W: Final = 500.0  # load-step scale when a GPU reports no power limit
 
 
 _GPU_KINDS: Final = frozenset(k for k in SensorKind if k.value.startswith("gpu_"))
-_TEMPERATURE: Final = SensorKind.GPU_TEMPERATURE
-_SLOWDOWN: Final = SensorKind.GPU_SLOWDOWN_THRESHOLD
-_SHUTDOWN: Final = SensorKind.GPU_SHUTDOWN_THRESHOLD
-_POWER: Final = SensorKind.GPU_POWER
-_POWER_LIMIT: Final = SensorKind.GPU_POWER_LIMIT
-_GOOD: Final = Quality.GOOD
 
 
 def gpu_kind(kind: SensorKind) -> bool:
@@ -58,18 +44,11 @@ def absent(r: Reading | None, ever_usable: bool) -> bool:
     return r is not None and r.quality is Quality.ABSENT and not ever_usable
 
 
-def usable(r: Reading) -> bool:
-    """``r.usable``, the same test: Reading is a msgspec Struct and stays interpreted, so
-    a compiled caller calls its property through Python; this function it calls natively."""
-    value = r.value
-    return r.quality is _GOOD and value is not None and finite(value)
-
-
 def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | None, str]:
     """The value of a reading a policy may act on now, or None and why not."""
     if r is None:
         return None, "no reading"
-    if not usable(r) or r.value is None:
+    if not r.usable or r.value is None:
         return None, f"{r.quality.value}: {r.reason}"
     age = now - r.mono
     if age > stale_after_s:
@@ -79,9 +58,9 @@ def fresh(r: Reading | None, now: float, stale_after_s: float) -> tuple[float | 
 
 def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | None:
     """``fresh(r, now, stale_after_s)[0]``, without the words of why not."""
-    # Asked four times per GPU per evaluation: the module's _GOOD, not Quality.GOOD
+    # Asked four times per GPU per evaluation: the module's Quality.GOOD, not Quality.GOOD
     # (an enum member looked up on its class costs ten times a global on Python 3.11).
-    if r is None or r.quality is not _GOOD:
+    if r is None or r.quality is not Quality.GOOD:
         return None
     value = r.value
     if value is None or not finite(value) or now - r.mono > stale_after_s:
@@ -322,117 +301,6 @@ class RecentSamples:
         return [v for _, v in takewhile(lambda x: x[0] >= since, reversed(self.samples))]
 
 
-class PackedRecent:
-    """:class:`RecentSamples` (ranged) in packed vectors (librt.vecs), for the compiled build.
-
-    The samples are ``_times[_head:]`` and ``_values[_head:]``. The candidates for the
-    window's max (values decreasing) and min (increasing) are their indices, in
-    ``_highs[_high_head:]`` and ``_lows[_low_head:]``: the same candidates, dropped by
-    the same comparisons, as RecentSamples' deques. Dropped entries are cut off once
-    _COMPACT have piled up. Interpreted, each element of a vector is a call: the
-    sources use RecentSamples (deques in C); compiled, each deque operation is a call.
-    """
-
-    __slots__ = (
-        "_head",
-        "_high_head",
-        "_highs",
-        "_low_head",
-        "_lows",
-        "_times",
-        "_values",
-        "added",
-        "ordered",
-    )
-
-    def __init__(self) -> None:
-        self._times = vec[float]()
-        self._values = vec[float]()
-        self._highs = vec[i64]()
-        self._lows = vec[i64]()
-        self._head: i64 = 0
-        self._high_head: i64 = 0
-        self._low_head: i64 = 0
-        self.added = 0  # samples taken so far, as RecentSamples.added
-        self.ordered = True  # as RecentSamples.ordered
-
-    def add(self, t: float, value: float, keep_s: float) -> None:
-        """One sample; those older than ``keep_s`` before it are dropped."""
-        times, values = self._times, self._values
-        n = len(times)
-        head = self._head
-        if n > head and t <= times[n - 1]:
-            return
-        if not finite(t):
-            self.ordered = False
-        times = append(times, t)
-        values = append(values, value)
-        self.added += 1
-        cutoff = t - keep_s
-        while times[head] < cutoff:
-            head += 1
-        highs, high_head = self._highs, self._high_head
-        while len(highs) > high_head and values[highs[len(highs) - 1]] <= value:
-            highs, _ = pop(highs)
-        highs = append(highs, n)
-        lows, low_head = self._lows, self._low_head
-        while len(lows) > low_head and values[lows[len(lows) - 1]] >= value:
-            lows, _ = pop(lows)
-        lows = append(lows, n)
-        while times[highs[high_head]] < cutoff:
-            high_head += 1
-        while times[lows[low_head]] < cutoff:
-            low_head += 1
-        if head >= _COMPACT:
-            # Every candidate left is a kept sample (at or after head): shift them all.
-            times, values = times[head:], values[head:]
-            highs = _shifted(highs, high_head, head)
-            lows = _shifted(lows, low_head, head)
-            head = high_head = low_head = 0
-        self._times, self._values, self._head = times, values, head
-        self._highs, self._high_head = highs, high_head
-        self._lows, self._low_head = lows, low_head
-
-    def spread(self) -> float:
-        """The highest minus the lowest value kept (0.0 when none)."""
-        if len(self._times) <= self._head:
-            return 0.0
-        values = self._values
-        return values[self._highs[self._high_head]] - values[self._lows[self._low_head]]
-
-    @property
-    def count(self) -> int:
-        """Samples kept."""
-        return len(self._times) - self._head
-
-    def values_since(self, since: float) -> list[float]:
-        """The values of the newest samples back to the first older than ``since``, newest first."""
-        times, values = self._times, self._values
-        out: list[float] = []
-        i = len(times) - 1
-        while i >= self._head and times[i] >= since:
-            out.append(values[i])
-            i -= 1
-        return out
-
-    @property
-    def samples(self) -> list[tuple[float, float]]:
-        """The samples kept, oldest first (as RecentSamples.samples holds them)."""
-        head = self._head
-        return list(zip(self._times[head:], self._values[head:], strict=True))
-
-
-_COMPACT: Final = 256  # dropped samples PackedRecent keeps before cutting them off
-
-
-def _shifted(indices: vec[i64], start: i64, by: i64) -> vec[i64]:
-    """``indices[start:]``, each less ``by``."""
-    out = vec[i64](capacity=len(indices) - start)
-    for i in range(start, len(indices)):
-        out = append(out, indices[i] - by)
-    return out
-
-
 class TimedValues:
     """The (t, value) samples of the last ``keep_s`` seconds, as two parallel lists.
 
@@ -490,12 +358,9 @@ class GpuTracker:
     """One GPU: its latest readings, its thermal-margin forecaster and load-step detection."""
 
     __slots__ = (
-        "_confirm_s",
-        "_fastest",
         "_limit_t",
         "_limit_v",
         "_power",
-        "_power_keep_s",
         "_power_ref",
         "_power_t",
         "_power_v",
@@ -513,8 +378,6 @@ class GpuTracker:
         "_spans_added",
         "_spans_at",
         "_spans_found",
-        "_stale_s",
-        "_temp_keep_s",
         "_temp_t",
         "_temp_v",
         "limit",
@@ -559,9 +422,7 @@ class GpuTracker:
         # Raw samples for the fast signature (heating with flat power): temperatures over
         # two confirm windows, power over the settle time (a step's heating lasts that long).
         self.recent_temp = TimedValues()
-        self.recent_power: RecentSamples | PackedRecent = (
-            PackedRecent() if NATIVE else RecentSamples()
-        )
+        self.recent_power = RecentSamples()
         # The slopes of recent windows (a pure function of their samples), by place.
         self._slopes: dict[int, float | None] = {}
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
@@ -574,13 +435,6 @@ class GpuTracker:
     def configure(self, settings: PolicySettings) -> None:
         """Read these settings from now on (a reload that keeps the windows' shape)."""
         self._settings = settings
-        # The settings read at every sample, as attributes of this class (compiled,
-        # a native field read; the settings' own fields are a dictionary lookup).
-        self._stale_s = settings.stale_after_s
-        self._confirm_s = settings.flow_loss_confirm_s
-        self._fastest = settings.max_gpu_rate_c_per_min / 60.0
-        self._temp_keep_s = 2 * settings.flow_loss_confirm_s + 1.0
-        self._power_keep_s = max(settings.load_settle_s, 2 * settings.flow_loss_confirm_s)
         # The windows' place last found, at what time after how many samples taken:
         # forgotten, as the windows' width may have changed.
         self._spans_at = math.nan  # equal to no time
@@ -607,7 +461,7 @@ class GpuTracker:
         if reference is None or not finite(watts) or not finite(value):
             return
         now = self._temp_t
-        if now - self._power_t > self._stale_s:
+        if now - self._power_t > self._settings.stale_after_s:
             return
         # Asked at every temperature sample, the replay's hot path: each step below is
         # taken only when its answer can change what is kept.
@@ -638,7 +492,7 @@ class GpuTracker:
         # window says, and whatever one reading step resolves it to (0.0 is slower).
         if (
             steady
-            and self._beyond(n_start, n_end, self._fastest)
+            and self._beyond(n_start, n_end, self._settings.max_gpu_rate_c_per_s)
             and self._slope(o_start, o_end) is not None
         ):
             values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
@@ -651,7 +505,7 @@ class GpuTracker:
         if self._cooling_at_flat_power(values, now) and watts > 0.0:
             self.resistance.cap((values[0][-1] - reference) / watts)
         rates = self.heating_rate(now)
-        fastest = self._fastest
+        fastest = self._settings.max_gpu_rate_c_per_s
         steady = self.power_steady() and (rates is None or abs(rates[0]) <= fastest)
         self.resistance.add(now, value - reference, watts, steady)
 
@@ -763,24 +617,19 @@ class GpuTracker:
         # same time: remembered while no sample is taken.
         if self._spans_at == now and self._spans_added == recent.added:
             return self._spans_found
-        w = self._confirm_s
+        w = self._settings.flow_loss_confirm_s
         lo, mid = now - 2 * w, now - w
         if not (recent.ordered and finite(lo) and finite(mid)):
             return None
         times, head = recent.times, recent.head
-        if NATIVE:
-            n_end = right(times, now, head, len(times))
-            o_end = right(times, mid, head, n_end)
-            spans = (left(times, lo, head, o_end), o_end, left(times, mid, head, o_end), n_end)
-        else:
-            n_end = bisect_right(times, now, head)
-            o_end = bisect_right(times, mid, head, n_end)
-            spans = (
-                bisect_left(times, lo, head, o_end),
-                o_end,
-                bisect_left(times, mid, head, o_end),
-                n_end,
-            )
+        n_end = bisect_right(times, now, head)
+        o_end = bisect_right(times, mid, head, n_end)
+        spans = (
+            bisect_left(times, lo, head, o_end),
+            o_end,
+            bisect_left(times, mid, head, o_end),
+            n_end,
+        )
         self._spans_at, self._spans_added, self._spans_found = now, recent.added, spans
         return spans
 
@@ -788,7 +637,7 @@ class GpuTracker:
         """The temperature samples of the newer (``now - w <= t <= now``) and the older window."""
         recent = self.recent_temp
         if spans is None:
-            w = self._confirm_s
+            w = self._settings.flow_loss_confirm_s
             lo, mid = now - 2 * w, now - w
             samples = recent.samples
             return (
@@ -825,7 +674,7 @@ class GpuTracker:
         newer, older = values
         if len(newer) < 3 or len(older) < 3 or _mid(newer) >= _mid(older):
             return False
-        since = now - 2 * self._confirm_s
+        since = now - 2 * self._settings.flow_loss_confirm_s
         watts = self.recent_power.values_since(since)
         return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
 
@@ -845,46 +694,46 @@ class GpuTracker:
         # value is finite), so `quality is GOOD` stands for the `usable` property here.
         if kind is None:
             kind = r.kind
-        if kind is _TEMPERATURE:
+        if kind is SensorKind.GPU_TEMPERATURE:
             self.temperature = r
             value = r.value
             mono = self._temp_t = r.mono
             self._temp_v = math.nan
-            if r.quality is _GOOD and value is not None:
+            if r.quality is Quality.GOOD and value is not None:
                 if finite(value):  # usable (a reading forged past its checks is not)
                     self._temp_v = value
-                    self.recent_temp.add(mono, value, self._temp_keep_s)
+                    self.recent_temp.add(mono, value, self._settings.temperature_keep_s)
                 if self._slow_good:
                     self.margin.add(mono, self._slow_raw - value)
-        elif kind is _SLOWDOWN:
+        elif kind is SensorKind.GPU_SLOWDOWN_THRESHOLD:
             self.slowdown = r
             value = r.value
             self._slow_t = r.mono
-            self._slow_good = good = r.quality is _GOOD and value is not None
+            self._slow_good = good = r.quality is Quality.GOOD and value is not None
             self._slow_raw = value if good and value is not None else math.nan
             self._slow_v = self._slow_raw if good and finite(self._slow_raw) else math.nan
-        elif kind is _POWER:
+        elif kind is SensorKind.GPU_POWER:
             self.power = r
             value = r.value
             mono = self._power_t = r.mono
             self._power_v = math.nan
-            if r.quality is _GOOD and value is not None:
+            if r.quality is Quality.GOOD and value is not None:
                 if finite(value):
                     self._power_v = value
-                    self.recent_power.add(mono, value, self._power_keep_s)
+                    self.recent_power.add(mono, value, self._settings.power_keep_s)
                 if self._power.add(mono, value):
                     self._check_load_step()
-        elif kind is _POWER_LIMIT:
+        elif kind is SensorKind.GPU_POWER_LIMIT:
             self.limit = r
             value = r.value
             self._limit_t = r.mono
-            good = value is not None and r.quality is _GOOD and finite(value)  # usable(r)
+            good = r.usable
             self._limit_v = value if good else None
-        elif kind is _SHUTDOWN:
+        elif kind is SensorKind.GPU_SHUTDOWN_THRESHOLD:
             self.shutdown = r
             value = r.value
             self._shut_t = r.mono
-            good = value is not None and r.quality is _GOOD and finite(value)  # usable(r)
+            good = r.usable
             self._shut_v = value if good and value is not None else math.nan
 
     def fresh_temperature(self, now: float, stale_after_s: float) -> float | None:
@@ -971,7 +820,7 @@ class SlowSeries:
         """Take one reading of this series."""
         self.latest = r
         value = r.value
-        if value is not None and usable(r):
+        if value is not None and r.usable:
             mono = r.mono
             self.ever_usable = True
             self.forecaster.add(mono, value)
@@ -1097,7 +946,7 @@ class RackTracker:
         # Each field read once: compiled, a field of a Reading (a msgspec Struct) is a
         # generic attribute read, and its key (read once here) a Python property.
         kind, value, mono = r.kind, r.value, r.mono
-        ok = usable(r)
+        ok = r.usable
         if ok and kind in _COOLANT_KINDS:
             # Only data counts as the unit answering: an adapter reporting a silent
             # subscription stamps BAD readings at every poll.
@@ -1237,7 +1086,7 @@ class Tracker:
                     last_node, last_gpu, last = on, gpu, found
                     g = found
                 g.observe(r, kind)
-                if kind is _TEMPERATURE:
+                if kind is SensorKind.GPU_TEMPERATURE:
                     if on != rack_node or not on:
                         rack_node = on
                         node_rack = racks.get(rack_of.get(on, "")) if on else None

@@ -20,7 +20,7 @@ def finite(x: float) -> bool:
     return x - x == 0.0
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Bucket:
     """The samples of one grid cell: their mean time, mean value, count and range."""
 
@@ -29,14 +29,6 @@ class Bucket:
     n: int
     lo: float
     hi: float
-
-    def __init__(self, t: float, value: float, n: int, lo: float, hi: float) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "t", t)
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
 
 
 class BucketWindow:

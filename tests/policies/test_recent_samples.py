@@ -5,23 +5,14 @@ from __future__ import annotations
 import math
 import random
 
-import pytest
-
-from policies.tracking import PackedRecent, RecentSamples
-
-# Both stores: the sources' deques and the compiled build's packed vectors (here both
-# interpreted: librt's vectors work without the build too).
-STORES = (RecentSamples, PackedRecent)
+from policies.tracking import RecentSamples
 
 
-@pytest.mark.parametrize("store", STORES)
-def test_spread_is_the_range_of_the_samples_kept(
-    store: type[RecentSamples] | type[PackedRecent],
-) -> None:
+def test_spread_is_the_range_of_the_samples_kept() -> None:
     rng = random.Random(11)
     for _ in range(50):
         keep_s = rng.choice([5.0, 30.0, 120.0])
-        r = store()
+        r = RecentSamples()
         taken: list[tuple[float, float]] = []
         t = 0.0
         for _ in range(rng.randrange(1, 1200)):
@@ -44,29 +35,25 @@ def test_spread_is_the_range_of_the_samples_kept(
             assert r.values_since(since) == newest_first
 
 
-@pytest.mark.parametrize("store", STORES)
-def test_empty_has_no_spread(store: type[RecentSamples] | type[PackedRecent]) -> None:
-    assert store().spread() == 0.0
-    assert store().count == 0
+def test_empty_has_no_spread() -> None:
+    assert RecentSamples().spread() == 0.0
+    assert RecentSamples().count == 0
 
 
-def test_both_stores_keep_the_same_through_non_finite_times() -> None:
-    # A NaN time is taken (it compares false with the newest) and stops the window
-    # from being trimmed past it; +inf drops every finite sample. Both stores alike,
-    # over enough samples that the packed one cuts its dropped entries off.
-    rng = random.Random(5)
-    deques, packed = RecentSamples(), PackedRecent()
-    t = 0.0
-    for k in range(3000):
-        t += rng.choice([1.0, 1.0, 0.5, -1.0])
-        when = math.nan if k in (700, 1900) else math.inf if k == 2500 else t
-        value = rng.uniform(100.0, 700.0)
-        deques.add(when, value, 60.0)
-        packed.add(when, value, 60.0)
-        assert repr(list(deques.samples)) == repr(packed.samples)  # NaN != NaN: by repr
-        assert (deques.count, deques.spread(), deques.ordered, deques.added) == (
-            packed.count,
-            packed.spread(),
-            packed.ordered,
-            packed.added,
-        )
+def test_a_nan_time_is_taken_and_stops_the_trim_past_it() -> None:
+    r = RecentSamples()
+    for t in (1.0, 2.0, 3.0):
+        r.add(t, 10.0 * t, 60.0)
+    r.add(math.nan, 5.0, 60.0)  # compares false with the newest: taken, not refused
+    assert (r.count, r.ordered, r.added) == (4, False, 4)
+    r.add(500.0, 7.0, 60.0)  # trimmed up to the NaN, which never compares older
+    assert r.count == 2
+    assert r.spread() == 7.0 - 5.0
+
+
+def test_an_infinite_time_drops_every_finite_sample() -> None:
+    r = RecentSamples()
+    for t in (1.0, 2.0, 3.0):
+        r.add(t, 10.0 * t, 60.0)
+    r.add(math.inf, 1.0, 60.0)
+    assert (r.count, r.spread(), r.ordered) == (1, 0.0, False)

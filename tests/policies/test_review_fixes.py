@@ -16,7 +16,7 @@ import pytest
 
 from daemon.service.engine import PolicyEngine
 from daemon.service.state import StateStore
-from policies import forecast, gradient, native, policy, tracking
+from policies import forecast, gradient, policy, tracking
 from policies.attribution import AirEvidence, LoopEvidence, attribute
 from policies.model import Action, FaultDomain, Quality, Reading, SensorKind
 from policies.policy import Outcome, Policy
@@ -418,9 +418,6 @@ def test_dead_code_is_gone_and_the_highest_fresh_helper_is_named_so() -> None:
     assert policy._highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, 1.0, S) == 33.0
 
 
-@pytest.mark.skipif(
-    native.COMPILED, reason="counts calls through module globals, which compiled code binds"
-)
 def test_loop_reads_each_coolant_series_once(monkeypatch: pytest.MonkeyPatch) -> None:
     sim = Sim()
     sim.run(1, {"n1": COOL, "n2": COOL}, {**HEALTHY_CDU, "pump2": 1.0})
