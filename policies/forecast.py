@@ -18,13 +18,13 @@ Pure: samples and their timestamps in, numbers out. Same input, same output.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
 from statistics import NormalDist
 
-from policies.window import Bucket, BucketWindow
+from policies.kernel import SlopeStore
+from policies.kernel.buckets import Bucket, BucketWindow
+from policies.kernel.slopes import SortedSlopes, pair_slopes, sen
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +64,11 @@ def z_for(confidence: float) -> float:
     return NormalDist().inv_cdf(confidence)
 
 
-def _pair_slopes(points: list[Bucket]) -> list[float]:
-    """Every pair's slope, later bucket over earlier, in pair order (unsorted)."""
-    out: list[float] = []
-    for i, a in enumerate(points):
-        t, y = a.t, a.value
-        out += [(b.value - y) / (b.t - t) for b in points[i + 1 :] if b.t > t]
-    return out
-
-
 def theil_sen(points: list[Bucket], z: float) -> Trend | None:
     """Median pairwise slope with Sen's one-sided bounds at quantile ``z``; None under 3 points."""
     if len(points) < 3:
         return None
-    return theil_sen_of(points, _pair_slopes(points), z)
+    return theil_sen_of(points, pair_slopes(points), z)
 
 
 def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend | None:
@@ -86,27 +77,8 @@ def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend |
     if n < 3 or len(slopes) < 3:
         return None
     slopes.sort()
-    slope, lo, hi = _sen(n, slopes, z)
+    slope, lo, hi = sen(n, slopes, z)
     return _line(points, slope, lo, hi)
-
-
-@lru_cache(maxsize=256)
-def _ranks(n: int, m: int, z: float) -> tuple[int, int]:
-    # Sen (1968): the bounds are order statistics of the pairwise slopes, at ranks
-    # (N -+ z * sd(S)) / 2 with Var(S) = n(n-1)(2n+5)/18 (Kendall's S, no ties).
-    c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    lo_i = min(m - 1, max(0, math.floor((m - c) / 2.0) - 1))
-    hi_i = min(m - 1, max(0, math.ceil((m + c) / 2.0)))
-    return lo_i, hi_i
-
-
-def _sen(n: int, slopes: list[float], z: float) -> tuple[float, float, float]:
-    """The median slope and Sen's bounds of ``n`` points from their sorted pairwise slopes."""
-    m = len(slopes)
-    mid = m // 2
-    slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
-    lo_i, hi_i = _ranks(n, m, z)
-    return slope, slopes[lo_i], slopes[hi_i]
 
 
 def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
@@ -227,92 +199,6 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
-class SortedSlopes:
-    """The pairwise slopes of a moving run of buckets, kept sorted as buckets come and go.
-
-    A fit at every bucket close needs order statistics of every pair's slope; a run
-    of a sliding window gains its newest bucket and loses its oldest, so all but
-    those buckets' pairs are as they were at the last close. The new pairs are
-    merged in; the dropped ones, recomputed by the same expression (so they compare
-    equal), are found and deleted: the first equal slope for each, as a bisection
-    finds it. Ties keep their order (old slopes before new ones, new ones in pair
-    order), as a stable sort of the kept list and its new tail leaves them.
-    """
-
-    __slots__ = ("_buckets", "_slopes")
-
-    def __init__(self) -> None:
-        self._buckets: list[Bucket] = []
-        self._slopes: list[float] = []
-
-    def _moved(self, run: list[Bucket]) -> int:
-        """How many kept buckets ``run`` has left behind; -1 if it is not a later state of them."""
-        kept = self._buckets
-        first = run[0]
-        drop = next((i for i, b in enumerate(kept) if b is first), len(kept))
-        later = drop < len(kept) and len(kept) - drop <= len(run)
-        later = later and all(a is b for a, b in zip(kept[drop:], run, strict=False))
-        # Not a later state of the kept run (a restart, a trimmed window): afresh.
-        return drop if later else -1
-
-    def of(self, run: list[Bucket]) -> list[float]:
-        """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
-
-        The list is kept: read it before the next call, do not change it.
-        """
-        kept, slopes = self._buckets, self._slopes
-        drop = self._moved(run)
-        if drop < 0:
-            kept, slopes = [], []
-            self._buckets, self._slopes = kept, slopes
-        else:
-            n = len(kept)
-            for i in range(drop):
-                a = kept[i]
-                t, y = a.t, a.value
-                for j in range(i + 1, n):
-                    b = kept[j]
-                    if b.t > t:
-                        del slopes[bisect_left(slopes, (b.value - y) / (b.t - t))]
-            del kept[:drop]
-        for new in run[len(kept) :]:
-            t, y = new.t, new.value
-            slopes += [(y - a.value) / (t - a.t) for a in kept if t > a.t]
-            kept.append(new)
-        # A sorted run and a short unsorted tail: the sort merges, it does not start over.
-        slopes.sort()
-        return slopes
-
-    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
-        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
-        slopes = self.of(run)
-        n = len(run)
-        if n < 3 or len(slopes) < 3:
-            return None
-        stats = _sen(n, slopes, z)
-        if 0.0 in stats and _has_negative_zero(slopes):
-            return _sen_in_pair_order(run, z)
-        return stats
-
-
-def _has_negative_zero(slopes: list[float]) -> bool:
-    """Whether sorted ``slopes`` hold a -0.0 (equal to 0.0, but not the same float)."""
-    i, j = bisect_left(slopes, 0.0), bisect_right(slopes, 0.0)
-    return any(math.copysign(1.0, s) < 0.0 for s in slopes[i:j])
-
-
-def _sen_in_pair_order(run: list[Bucket], z: float) -> tuple[float, float, float]:
-    """:func:`_sen` of ``run`` from its slopes taken in :func:`theil_sen`'s order.
-
-    For kept slopes holding both 0.0 and -0.0 when an order statistic is zero:
-    which of the two a sort puts first depends on the order the slopes came in, and
-    this order gives the same float as :func:`theil_sen`.
-    """
-    slopes = _pair_slopes(run)
-    slopes.sort()
-    return _sen(len(run), slopes, z)
-
-
 class SeriesForecaster:
     """One slow series: its window, its current trend, and its skill against persistence."""
 
@@ -346,8 +232,8 @@ class SeriesForecaster:
         self._trusted = False
         self._since = -math.inf
         # The sorted slopes of the whole window and of its recent half.
-        self._whole = SortedSlopes()
-        self._recent = SortedSlopes()
+        self._whole: SlopeStore = SortedSlopes()
+        self._recent: SlopeStore = SortedSlopes()
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""
@@ -391,7 +277,6 @@ class SeriesForecaster:
         recent_points = points[n // 2 :]
         recent = self._recent.sen(recent_points, z)
         # Only the chosen trend needs its level (a median of offsets from its slope).
-        # Arguments spelled out: compiled, a starred call is a generic Python call.
         if recent is None or recent[1] <= whole[0] <= recent[2]:
             return _line(points, whole[0], whole[1], whole[2])
         # The recent half says something else: a settled step or a stopped ramp is

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from policies.window import finite
+from policies.kernel.buckets import finite
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +153,7 @@ class NodeHeadroom:
     def of(cls, margins: list[float | None]) -> NodeHeadroom:
         """From each GPU's full-load margin (None: not read, or no estimate yet)."""
         known = [m for m in margins if m is not None]
-        # NodeHeadroom, not cls: compiled, a call of cls is a Python-level type call.
-        return NodeHeadroom(
+        return cls(
             min(known) if known else None,
             bool(margins) and len(known) == len(margins),
             len(known),

@@ -87,7 +87,7 @@ class Replayer:
                 while mono > nxt:
                     yield self.tick(nxt)
                     nxt = self._next = self._after(nxt)
-            batch.append(r)  # compiled, a native list append (a kept bound method is not)
+            batch.append(r)
             last = r
         self._last = last
         self.policy.observe(batch)

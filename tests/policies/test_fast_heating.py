@@ -8,10 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from policies import tracking
+from policies.gpu_tracker import GpuTracker
+from policies.kernel import slopes
+from policies.kernel.slopes import median_slope
 from policies.model import Quality, Reading, SensorKind
+from policies.rack_tracker import LossRun
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker, LossRun, median_slope
 
 
 def _reading(kind: SensorKind, t: float, value: float) -> Reading:
@@ -167,11 +169,11 @@ def test_the_side_of_a_window_slope_is_the_side_of_its_median(regime: int) -> No
         start = rnd.randrange(0, 4)
         end = start + n
         limit = rnd.choice([0.0, 0.05, 0.05, 1e-9, 2.0, 1e301, -1.0, math.nan, math.inf])
-        side = tracking._slope_side(times, values, start, end, limit)
-        m = tracking._median_slope_of(times, values, start, end)
+        side = slopes.slope_side(times, values, start, end, limit)
+        m = slopes.median_slope_of(times, values, start, end)
         usual = n <= 16 and 0.0 <= limit <= 1e300  # a sampled window, a configured rate
         asked += usual
-        if side == tracking._EXACT:
+        if side == slopes.EXACT:
             continue
         told += usual
         assert side == _side_by_median(m, limit), (times[start:end], values[start:end], limit, m)
@@ -182,9 +184,9 @@ def test_the_side_of_a_window_slope_is_the_side_of_its_median(regime: int) -> No
 
 def _side_by_median(m: float | None, limit: float) -> int:
     if m is None:
-        return tracking._NO_SLOPE
+        return slopes.NO_SLOPE
     if m > limit:
-        return tracking._ABOVE
+        return slopes.ABOVE
     if m < -limit:
-        return tracking._BELOW
-    return tracking._WITHIN
+        return slopes.BELOW
+    return slopes.WITHIN

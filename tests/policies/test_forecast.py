@@ -9,21 +9,20 @@ from types import MappingProxyType
 
 import pytest
 
-from policies import forecast
 from policies.forecast import (
     SeriesForecaster,
     SkillTracker,
-    SortedSlopes,
     Trend,
     TrendSettings,
     theil_sen,
     time_to_threshold,
     z_for,
 )
+from policies.gpu_tracker import GpuTracker
+from policies.kernel import slopes
+from policies.kernel.buckets import Bucket, BucketWindow
 from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker
-from policies.window import Bucket, BucketWindow
 
 Z90 = z_for(0.9)
 
@@ -272,7 +271,7 @@ def _value(rng: random.Random, kind: int) -> float:
 def test_kept_slopes_of_any_run_are_its_sorted_pair_slopes(kind: int) -> None:
     rng = random.Random(7 + kind)
     pool = [Bucket(rng.uniform(0, 100), _value(rng, kind), 1, 0.0, 0.0) for _ in range(40)]
-    listed = SortedSlopes()
+    listed = slopes.SortedSlopes()
     z = z_for(0.9)
     start, end = 0, 3
     for _ in range(2000):
@@ -294,7 +293,7 @@ def test_kept_slopes_of_any_run_are_its_sorted_pair_slopes(kind: int) -> None:
         assert kept == want
         # Its order statistics are the bits of the slopes sorted from scratch in pair
         # order (which of 0.0 and -0.0 comes first depends on the order they came in).
-        fresh = None if len(want) < 3 else forecast._sen_in_pair_order(run, z)
+        fresh = None if len(want) < 3 else slopes.sen_in_pair_order(run, z)
         assert _hex(listed.sen(run, z)) == _hex(fresh)
 
 

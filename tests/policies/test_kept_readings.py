@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import random
 
+from policies.freshness import fresh_value
+from policies.gpu_tracker import GpuTracker
 from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker, fresh_value
 
 KINDS = (
     SensorKind.GPU_TEMPERATURE,

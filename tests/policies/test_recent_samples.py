@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from policies.tracking import RecentSamples
+from policies.kernel.samples import RecentSamples
 
 
 def test_spread_is_the_range_of_the_samples_kept() -> None:

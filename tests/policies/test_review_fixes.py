@@ -16,15 +16,16 @@ import pytest
 
 from daemon.service.engine import PolicyEngine
 from daemon.service.state import StateStore
-from policies import forecast, gradient, policy, tracking
+from policies import forecast, freshness, gradient, policy, rack
 from policies.attribution import AirEvidence, LoopEvidence, attribute
+from policies.kernel.buckets import BucketWindow
 from policies.model import Action, FaultDomain, Quality, Reading, SensorKind
 from policies.policy import Outcome, Policy
+from policies.rack_tracker import SlowSeries
 from policies.safety import ClusterLedger, Overrides
 from policies.settings import PolicySettings, RackLimits
 from policies.trace import TraceError, encode_header, parse
-from policies.tracking import SlowSeries, Tracker
-from policies.window import BucketWindow
+from policies.tracking import Tracker
 
 RACKS = {"r1": ("n1", "n2")}
 S = PolicySettings(min_dwell_s=0.0, resume_after_s=30.0, resume_jitter=0.0)
@@ -124,7 +125,9 @@ class Sim:
         return decided
 
     def loop(self) -> LoopEvidence:
-        return self.policy._loop("r1", self.policy.tracker.rack["r1"], self.t - 1.0)
+        return rack.loop_evidence(
+            "r1", self.policy.tracker.rack["r1"], self.t - 1.0, self.policy.settings
+        )
 
 
 def actions(decided: list[Outcome]) -> list[tuple[str, Action, FaultDomain]]:
@@ -263,7 +266,9 @@ def test_one_hot_gpu_with_warming_inlet_drains_its_node_only() -> None:
     temps = {"n1": COOL, "n2": COOL}
     for _ in range(240):  # inlet +0.05 C/min, trusted (an exact line beats persistence)
         sim.step(temps, {"inlet": 24.0 + 0.05 * sim.t / 60.0})
-    assert sim.policy._air("r1", sim.policy.tracker.rack["r1"], sim.t - 1)[0].rising
+    assert rack.air_evidence("r1", sim.policy.tracker.rack["r1"], sim.t - 1, sim.policy.settings)[
+        0
+    ].rising
     decided = []
     for _ in range(60):
         out = sim.step({"n1": ONE_HOT, "n2": COOL}, {"inlet": 24.0 + 0.05 * sim.t / 60.0})
@@ -415,20 +420,20 @@ def test_dead_code_is_gone_and_the_highest_fresh_helper_is_named_so() -> None:
         ]
     )
     rt = sim.policy.tracker.rack["r1"]
-    assert policy._highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, 1.0, S) == 33.0
+    assert rack.highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, 1.0, S) == 33.0
 
 
 def test_loop_reads_each_coolant_series_once(monkeypatch: pytest.MonkeyPatch) -> None:
     sim = Sim()
     sim.run(1, {"n1": COOL, "n2": COOL}, {**HEALTHY_CDU, "pump2": 1.0})
     calls: list[Reading | None] = []
-    real = tracking.fresh_value
+    real = freshness.fresh_value
 
     def counting(r: Reading | None, now: float, stale: float) -> float | None:
         calls.append(r)
         return real(r, now, stale)
 
-    monkeypatch.setattr(policy, "fresh_value", counting)
+    monkeypatch.setattr(rack, "fresh_value", counting)
     sim.loop()
     assert len(calls) == len({id(r) for r in calls}) == 6  # supply, return, flow, 2 pumps, leak
 
@@ -468,7 +473,7 @@ def test_an_absent_probe_slot_does_not_make_the_air_unknown(
         t = float(k)
         policy.observe([_inlet_probe(t, "top", 24.0, Quality.GOOD)])
         policy.observe([_inlet_probe(t, "slot4", 24.0 if q is Quality.GOOD else None, q)])
-    air, _ = policy._air("r1", policy.tracker.rack["r1"], 2.0)
+    air, _ = rack.air_evidence("r1", policy.tracker.rack["r1"], 2.0, policy.settings)
     assert air.monitored and air.known is known
 
 

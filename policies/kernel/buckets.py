@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 def finite(x: float) -> bool:
     """``math.isfinite(x)`` for a float: NaN and the infinities give NaN here, not 0."""
-    # Arithmetic, not a call: compiled (make native) it is two float operations, where
-    # math.isfinite is a call through the module; interpreted, it costs about the same.
     return x - x == 0.0
 
 
@@ -61,9 +59,8 @@ class BucketWindow:
             raise ValueError(f"need 0 < bucket_s <= span_s, got {bucket_s}, {span_s}")
         self.bucket_s = bucket_s
         self.span_s = span_s
-        # A list trimmed from the front, not a bounded deque: compiled, a list's items
-        # and iteration are native operations, a deque's are Python calls. At most
-        # ``_keep`` buckets (31 for the defaults), so a trim moves a few pointers.
+        # A list trimmed from the front: at most ``_keep`` buckets (31 for the defaults),
+        # so a trim moves a few pointers, and fits read it as a list.
         self._keep = math.ceil(span_s / bucket_s) + 1
         self._closed: list[Bucket] = []
         self._n = 0
@@ -82,8 +79,7 @@ class BucketWindow:
     def add(self, t: float, value: float) -> bool:
         """Add one sample; True when it closed the bucket before it (and kept it)."""
         # Called for every sample of every slow series and GPU margin: comparisons, not
-        # min()/max() calls (the same values: both finite). math.floor, not a module
-        # alias of it: compiled, math.floor of a float is a native operation.
+        # min()/max() calls (the same values: both finite).
         if not (finite(t) and finite(value)):
             return False
         last = self.last_t
