@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from policies.kernel.buckets import finite
+from math import isfinite
+
 from policies.model import Quality, Reading
 
 
@@ -32,6 +33,6 @@ def fresh_value(r: Reading | None, now: float, stale_after_s: float) -> float | 
     if r is None or r.quality is not Quality.GOOD:
         return None
     value = r.value
-    if value is None or not finite(value) or now - r.mono > stale_after_s:
+    if value is None or not isfinite(value) or now - r.mono > stale_after_s:
         return None
     return value

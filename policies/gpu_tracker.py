@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from math import isfinite
 from typing import Final
 
 from policies.forecast import SeriesForecaster, z_for
 from policies.headroom import ResistanceEstimator
 from policies.kernel import TemperatureWindows
-from policies.kernel.buckets import BucketWindow, finite
+from policies.kernel.buckets import BucketWindow
 from policies.kernel.samples import RecentSamples, TimedValues
 from policies.kernel.windows import ConfirmWindows, Values, mid, within_one_step
-from policies.model import Quality, Reading, SensorKind
+from policies.model import Reading, SensorKind
 from policies.settings import PolicySettings
 
 _NOMINAL_POWER_LIMIT_W: Final = 500.0  # load-step scale when a GPU reports no power limit
@@ -38,7 +40,6 @@ class GpuTracker:
         "_shut_t",
         "_shut_v",
         "_slow_good",
-        "_slow_raw",
         "_slow_t",
         "_slow_v",
         "_temp_t",
@@ -68,8 +69,7 @@ class GpuTracker:
         # A value is NaN unless its reading is usable; a time is NaN with no reading.
         self._temp_v = self._temp_t = math.nan
         self._slow_v = self._slow_t = math.nan
-        self._slow_good = False  # the slowdown reading is GOOD (the margin's condition)
-        self._slow_raw = math.nan  # its value, when GOOD
+        self._slow_good = False  # the slowdown reading is usable (the margin's condition)
         self._shut_v = self._shut_t = math.nan
         self._power_v = self._power_t = math.nan
         self._limit_v: float | None = None  # the power limit, when usable
@@ -109,7 +109,7 @@ class GpuTracker:
         """
         watts = self._power_v  # NaN: no usable power reading
         value = self._temp_v  # NaN unless the reading is usable
-        if reference is None or not finite(watts) or not finite(value):
+        if reference is None or not isfinite(watts) or not isfinite(value):
             return
         now = self._temp_t
         if now - self._power_t > self._settings.stale_after_s:
@@ -204,51 +204,51 @@ class GpuTracker:
 
     def observe(self, r: Reading, kind: SensorKind | None = None) -> None:
         """Take one reading of this GPU (``kind``: its kind, where the caller has read it)."""
-        # The replay hot path: a GOOD reading is a usable one (Reading checks that its
-        # value is finite), so `quality is GOOD` stands for the `usable` property here.
-        if kind is None:
-            kind = r.kind
-        if kind is SensorKind.GPU_TEMPERATURE:
-            self.temperature = r
-            value = r.value
-            mono = self._temp_t = r.mono
+        take = _TAKE.get(r.kind if kind is None else kind)
+        if take is not None:
+            take(self, r)
+
+    def _take_temperature(self, r: Reading) -> None:
+        self.temperature = r
+        mono = self._temp_t = r.mono
+        value = r.value
+        if value is None or not r.usable:
             self._temp_v = math.nan
-            if r.quality is Quality.GOOD and value is not None:
-                if finite(value):  # usable (a reading forged past its checks is not)
-                    self._temp_v = value
-                    self.temps.add(mono, value, self._settings.temperature_keep_s)
-                if self._slow_good:
-                    self.margin.add(mono, self._slow_raw - value)
-        elif kind is SensorKind.GPU_SLOWDOWN_THRESHOLD:
-            self.slowdown = r
-            value = r.value
-            self._slow_t = r.mono
-            self._slow_good = good = r.quality is Quality.GOOD and value is not None
-            self._slow_raw = value if good and value is not None else math.nan
-            self._slow_v = self._slow_raw if good and finite(self._slow_raw) else math.nan
-        elif kind is SensorKind.GPU_POWER:
-            self.power = r
-            value = r.value
-            mono = self._power_t = r.mono
+            return
+        self._temp_v = value
+        self.temps.add(mono, value, self._settings.temperature_keep_s)
+        if self._slow_good:
+            self.margin.add(mono, self._slow_v - value)
+
+    def _take_slowdown(self, r: Reading) -> None:
+        self.slowdown = r
+        self._slow_t = r.mono
+        value = r.value
+        self._slow_good = value is not None and r.usable
+        self._slow_v = value if value is not None and self._slow_good else math.nan
+
+    def _take_power(self, r: Reading) -> None:
+        self.power = r
+        mono = self._power_t = r.mono
+        value = r.value
+        if value is None or not r.usable:
             self._power_v = math.nan
-            if r.quality is Quality.GOOD and value is not None:
-                if finite(value):
-                    self._power_v = value
-                    self.recent_power.add(mono, value, self._settings.power_keep_s)
-                if self._power.add(mono, value):
-                    self._check_load_step()
-        elif kind is SensorKind.GPU_POWER_LIMIT:
-            self.limit = r
-            value = r.value
-            self._limit_t = r.mono
-            good = r.usable
-            self._limit_v = value if good else None
-        elif kind is SensorKind.GPU_SHUTDOWN_THRESHOLD:
-            self.shutdown = r
-            value = r.value
-            self._shut_t = r.mono
-            good = r.usable
-            self._shut_v = value if good and value is not None else math.nan
+            return
+        self._power_v = value
+        self.recent_power.add(mono, value, self._settings.power_keep_s)
+        if self._power.add(mono, value):
+            self._check_load_step()
+
+    def _take_limit(self, r: Reading) -> None:
+        self.limit = r
+        self._limit_t = r.mono
+        self._limit_v = r.value if r.usable else None
+
+    def _take_shutdown(self, r: Reading) -> None:
+        self.shutdown = r
+        self._shut_t = r.mono
+        value = r.value
+        self._shut_v = value if value is not None and r.usable else math.nan
 
     def fresh_temperature(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.temperature, now, stale_after_s)``, from what observe kept."""
@@ -291,3 +291,13 @@ class GpuTracker:
     def recent_temp(self) -> TimedValues:
         """The raw temperatures kept for the confirm windows."""
         return self.temps.recent
+
+
+# What each GPU kind's reading updates (a table: asked for every GPU reading).
+_TAKE: Final[dict[SensorKind, Callable[[GpuTracker, Reading], None]]] = {
+    SensorKind.GPU_TEMPERATURE: GpuTracker._take_temperature,
+    SensorKind.GPU_SLOWDOWN_THRESHOLD: GpuTracker._take_slowdown,
+    SensorKind.GPU_POWER: GpuTracker._take_power,
+    SensorKind.GPU_POWER_LIMIT: GpuTracker._take_limit,
+    SensorKind.GPU_SHUTDOWN_THRESHOLD: GpuTracker._take_shutdown,
+}

@@ -26,9 +26,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from math import isfinite
 from typing import Final
-
-from policies.kernel.buckets import finite
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +68,7 @@ class ResistanceEstimator:
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
         """One sample; a bucket counts only if every one of its samples was steady."""
-        if not (finite(t) and finite(delta_t) and finite(power)):
+        if not (isfinite(t) and isfinite(delta_t) and isfinite(power)):
             return
         index = math.floor(t / self._bucket_s)
         if index != self._bucket:
@@ -92,11 +91,11 @@ class ResistanceEstimator:
 
     def capped_by(self, bound: float) -> bool:
         """Whether :meth:`cap` with ``bound`` would change the samples."""
-        return finite(bound) and self.highest > bound
+        return isfinite(bound) and self.highest > bound
 
     def cap(self, bound: float) -> None:
         """The resistance is at most ``bound`` now: samples above it are of another plate."""
-        if finite(bound) and any(x > bound for x in self.samples):
+        if isfinite(bound) and any(x > bound for x in self.samples):
             capped = [min(x, bound) for x in self.samples]
             self.samples.clear()
             self.samples.extend(capped)
@@ -105,7 +104,7 @@ class ResistanceEstimator:
 
     def _close(self) -> None:
         total, n = self._sum
-        if n > 0 and finite(total):
+        if n > 0 and isfinite(total):
             self.samples.append(total / n)
             self._high = None
             self._taken += 1

@@ -70,6 +70,8 @@ class Tracker:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
         nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
         racks, rack_of = self.rack, self.rack_of
+        # Once, not per reading: a member read from its enum class is a call on Python 3.11.
+        temperature = SensorKind.GPU_TEMPERATURE
         # A GPU's readings come together (temperature, thresholds, power, limit) and a
         # node's GPUs too: the last GPU's and the last node's look-ups are kept, and
         # reused while the labels are equal. Comparing two strings costs less than
@@ -97,7 +99,7 @@ class Tracker:
                     last_node, last_gpu, last = on, gpu, found
                     g = found
                 g.observe(r, kind)
-                if kind is SensorKind.GPU_TEMPERATURE:
+                if kind is temperature:
                     if on != rack_node or not on:
                         rack_node = on
                         node_rack = racks.get(rack_of.get(on, "")) if on else None

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-
-def finite(x: float) -> bool:
-    """``math.isfinite(x)`` for a float: NaN and the infinities give NaN here, not 0."""
-    return x - x == 0.0
+from math import isfinite
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +76,7 @@ class BucketWindow:
         """Add one sample; True when it closed the bucket before it (and kept it)."""
         # Called for every sample of every slow series and GPU margin: comparisons, not
         # min()/max() calls (the same values: both finite).
-        if not (finite(t) and finite(value)):
+        if not (isfinite(t) and isfinite(value)):
             return False
         last = self.last_t
         if last is not None and t <= last:
@@ -107,7 +103,7 @@ class BucketWindow:
         t, value = self._sum_t / n, self._sum_v / n
         # Finite samples can still sum past the largest float (values near 1e308): such
         # a bucket has no mean, and its inf would make NaN slopes of every pair it is in.
-        kept = finite(t) and finite(value)
+        kept = isfinite(t) and isfinite(value)
         if kept:
             closed = self._closed
             closed.append(Bucket(t, value, n, self._lo, self._hi))

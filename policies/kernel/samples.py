@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import takewhile
-
-from policies.kernel.buckets import finite
+from math import isfinite
 
 
 class RecentSamples:
@@ -41,7 +40,7 @@ class RecentSamples:
         samples = self.samples
         if samples and t <= samples[-1][0]:
             return
-        if not finite(t):
+        if not isfinite(t):
             self.ordered = False
         sample = (t, value)
         samples.append(sample)
@@ -107,7 +106,7 @@ class TimedValues:
         times = self.times
         if len(times) > self.head and t <= times[-1]:
             return
-        if not finite(t):
+        if not isfinite(t):
             self.ordered = False
         times.append(t)
         self.values.append(value)

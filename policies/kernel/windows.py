@@ -11,17 +11,17 @@ windowed by scanning instead.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
+from math import isfinite
 from operator import sub
 from typing import Final
 
-from policies.kernel.buckets import finite
 from policies.kernel.samples import TimedValues
 from policies.kernel.slopes import (
     ABOVE,
     BELOW,
     EXACT,
-    NO_SLOPE,
     median_slope,
     median_slope_of,
     slope_side,
@@ -58,13 +58,13 @@ class ConfirmWindows:
     """The temperatures of the last two confirm windows, their places and slopes remembered."""
 
     __slots__ = (
-        "_side_found",
-        "_side_key",
         "_side_limit",
+        "_sides",
         "_slopes",
         "_spans_added",
-        "_spans_at",
         "_spans_found",
+        "_spans_now",
+        "_spans_w",
         "recent",
     )
 
@@ -73,13 +73,13 @@ class ConfirmWindows:
         # The slopes of recent windows (a pure function of their samples), by place.
         self._slopes: dict[int, float | None] = {}
         # The windows' place last found: at what time and width, after how many samples.
-        self._spans_at: tuple[float, float] | None = None
+        self._spans_now = self._spans_w = math.nan  # equal to no time or width
         self._spans_added = -1
         self._spans_found: Spans | None = None
-        # The last window side_of placed, against which limit, and where (-1: none yet).
-        self._side_key = -1
-        self._side_limit = 0.0
-        self._side_found = NO_SLOPE
+        # Where the slopes of recent windows lie against one limit, by place: the older
+        # window at one evaluation is the newer one of a confirm window before.
+        self._sides: dict[int, int] = {}
+        self._side_limit = math.nan
 
     def add(self, t: float, value: float, keep_s: float) -> None:
         """One temperature sample; those older than ``keep_s`` before it are dropped."""
@@ -94,10 +94,10 @@ class ConfirmWindows:
         recent = self.recent
         # Asked at a sample's time and again at the evaluation after it, usually the
         # same time: remembered while no sample is taken.
-        if self._spans_at == (now, w) and self._spans_added == recent.added:
+        if self._spans_now == now and self._spans_w == w and self._spans_added == recent.added:
             return self._spans_found
         lo, middle = now - 2 * w, now - w
-        if not (recent.ordered and finite(lo) and finite(middle)):
+        if not (recent.ordered and isfinite(lo) and isfinite(middle)):
             return None
         times, head = recent.times, recent.head
         n_end = bisect_right(times, now, head)
@@ -108,7 +108,8 @@ class ConfirmWindows:
             bisect_left(times, middle, head, o_end),
             n_end,
         )
-        self._spans_at, self._spans_added, self._spans_found = (now, w), recent.added, spans
+        self._spans_now, self._spans_w = now, w
+        self._spans_added, self._spans_found = recent.added, spans
         return spans
 
     def slope(self, start: int, end: int) -> float | None:
@@ -133,15 +134,19 @@ class ConfirmWindows:
         return slope
 
     def _side(self, start: int, end: int, limit: float) -> int:
-        """slope_side of the kept samples ``start:end``, the last answer remembered."""
-        # Asked at a sample for the newer window and again at the evaluation after it,
-        # usually the same window: keyed as slope() keys its cache.
+        """slope_side of the kept samples ``start:end``, remembered as slope() remembers."""
+        if limit != self._side_limit:
+            self._sides.clear()
+            self._side_limit = limit
         recent = self.recent
         key = (recent.first + start) << 32 | (end - start)
-        if key == self._side_key and limit == self._side_limit:
-            return self._side_found
-        side = slope_side(recent.times, recent.values, start, end, limit)
-        self._side_key, self._side_limit, self._side_found = key, limit, side
+        sides = self._sides
+        side = sides.get(key)
+        if side is None:
+            side = slope_side(recent.times, recent.values, start, end, limit)
+            if len(sides) >= _SLOPE_CACHE:
+                sides.clear()
+            sides[key] = side
         return side
 
     def beyond(self, start: int, end: int, limit: float) -> bool:
