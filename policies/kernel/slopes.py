@@ -1,8 +1,7 @@
 """Slopes: the median pairwise slope (Theil-Sen) of samples or bucket means, and Sen's bounds.
 
 :func:`median_slope` and :func:`median_slope_of` fit raw (t, value) samples (a
-GPU's confirm windows); :func:`slope_side` tells where such a median lies against
-a rate limit without sorting. :class:`SortedSlopes` keeps the sorted pairwise
+GPU's confirm windows). :class:`SortedSlopes` keeps the sorted pairwise
 slopes of a sliding run of buckets, so a refit at each bucket close merges the
 new pairs instead of sorting them all; :func:`sen` gives the median and Sen's
 rank-based bounds from sorted slopes.
@@ -65,64 +64,6 @@ def median_slope_of(times: list[float], values: list[float], start: int, end: in
         return None
     mid = len(slopes) // 2
     return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
-
-
-# Where a window's median pairwise slope lies against a rate limit (see slope_side).
-NO_SLOPE: Final = 0  # no median: under 4 points, or no pair of distinct times
-WITHIN: Final = 1  # -limit <= median <= limit
-ABOVE: Final = 2  # median > limit
-BELOW: Final = 3  # median < -limit
-EXACT: Final = 4  # the counts do not tell: work the median out
-_SANE_LIMIT: Final = 1e300  # beyond this, a mean of two slopes under it could overflow
-_INF: Final = math.inf
-
-
-def slope_side(times: list[float], values: list[float], start: int, end: int, limit: float) -> int:
-    """Where :func:`median_slope_of` of the points ``start:end`` lies against ``limit``.
-
-    Asked at every temperature sample and every evaluation, where only the side
-    matters: counting the pairwise slopes beyond ``limit`` either way tells it without
-    sorting them, except where the two middle slopes (an even count) fall on both
-    sides of the limit, or a slope is not finite: then the answer is EXACT.
-    The median of an even count is the mean of the two middle slopes, which lies
-    between them when they are finite and under _SANE_LIMIT (IEEE rounding is
-    monotone and both ends are representable).
-    """
-    n = end - start
-    if n < 4:
-        return NO_SLOPE
-    if n > _MAX_SLOPE_POINTS or not 0.0 <= limit <= _SANE_LIMIT:
-        return EXACT
-    k = above = below = 0
-    infinite = False
-    for i in range(start, end - 1):
-        t0, v0 = times[i], values[i]
-        for j in range(i + 1, end):
-            t1 = times[j]
-            if t1 > t0:
-                s = (values[j] - v0) / (t1 - t0)
-                k += 1
-                # An infinite slope is beyond any finite limit: checked only there.
-                if s > limit:
-                    above += 1
-                    infinite = infinite or s == _INF
-                elif s < -limit:
-                    below += 1
-                    infinite = infinite or s == -_INF
-    if k == 0:
-        return NO_SLOPE
-    if infinite:
-        return EXACT
-    half = k // 2
-    # Sorted, the median is slope[half] (odd k) or the mean of slope[half - 1] and
-    # slope[half] (even k); more than ``half`` slopes above the limit put both there.
-    if above > half:
-        return ABOVE
-    if below > half:
-        return BELOW
-    if k % 2 or (above < half and below < half):
-        return WITHIN
-    return EXACT
 
 
 def pair_slopes(points: list[Bucket]) -> list[float]:

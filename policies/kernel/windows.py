@@ -4,9 +4,9 @@ The newer window holds the samples of ``[now - w, now]``, the older those of
 ``[now - 2 w, now - w]``. Their median pairwise slopes are the heating rates the
 fast-heating signature and the resistance estimate read at every temperature
 sample and every evaluation, so the windows' place in the samples (found by
-bisection), their slopes and where a slope lies against a limit are remembered
-while no sample is taken. Samples whose times are out of order (a NaN time) are
-windowed by scanning instead.
+bisection) and their slopes are remembered: the older window at one evaluation is
+the newer one of a confirm window before. Samples whose times are out of order (a
+NaN time) are windowed by scanning instead.
 """
 
 from __future__ import annotations
@@ -18,14 +18,7 @@ from operator import sub
 from typing import Final
 
 from policies.kernel.samples import TimedValues
-from policies.kernel.slopes import (
-    ABOVE,
-    BELOW,
-    EXACT,
-    median_slope,
-    median_slope_of,
-    slope_side,
-)
+from policies.kernel.slopes import median_slope, median_slope_of
 
 _SLOPE_CACHE: Final = 32  # window slopes remembered (two confirm windows of 1 Hz samples fit)
 _UNSEEN: Final = object()  # a slope not in the cache (None is a cached answer)
@@ -58,8 +51,6 @@ class ConfirmWindows:
     """The temperatures of the last two confirm windows, their places and slopes remembered."""
 
     __slots__ = (
-        "_side_limit",
-        "_sides",
         "_slopes",
         "_spans_added",
         "_spans_found",
@@ -76,10 +67,6 @@ class ConfirmWindows:
         self._spans_now = self._spans_w = math.nan  # equal to no time or width
         self._spans_added = -1
         self._spans_found: Spans | None = None
-        # Where the slopes of recent windows lie against one limit, by place: the older
-        # window at one evaluation is the newer one of a confirm window before.
-        self._sides: dict[int, int] = {}
-        self._side_limit = math.nan
 
     def add(self, t: float, value: float, keep_s: float) -> None:
         """One temperature sample; those older than ``keep_s`` before it are dropped."""
@@ -133,37 +120,10 @@ class ConfirmWindows:
         cache[key] = slope
         return slope
 
-    def _side(self, start: int, end: int, limit: float) -> int:
-        """slope_side of the kept samples ``start:end``, remembered as slope() remembers."""
-        if limit != self._side_limit:
-            self._sides.clear()
-            self._side_limit = limit
-        recent = self.recent
-        key = (recent.first + start) << 32 | (end - start)
-        sides = self._sides
-        side = sides.get(key)
-        if side is None:
-            side = slope_side(recent.times, recent.values, start, end, limit)
-            if len(sides) >= _SLOPE_CACHE:
-                sides.clear()
-            sides[key] = side
-        return side
-
     def beyond(self, start: int, end: int, limit: float) -> bool:
         """``abs(a) > limit`` for ``a = self.slope(start, end)`` (False for None)."""
-        side = self._side(start, end, limit)
-        if side == EXACT:
-            a = self.slope(start, end)
-            return a is not None and abs(a) > limit
-        return ABOVE <= side <= BELOW
-
-    def above(self, start: int, end: int, limit: float) -> bool:
-        """``not (a is None or a <= limit)`` for ``a = self.slope(start, end)``."""
-        side = self._side(start, end, limit)
-        if side == EXACT:
-            a = self.slope(start, end)
-            return not (a is None or a <= limit)
-        return side == ABOVE
+        a = self.slope(start, end)
+        return a is not None and abs(a) > limit
 
     def samples_of(self, now: float, w: float, spans: Spans | None) -> tuple[list[Sample], ...]:
         """The samples of the newer (``now - w <= t <= now``) and the older window."""
@@ -215,10 +175,8 @@ class ConfirmWindows:
             rates = self.rates(now, w)
         else:
             o_start, o_end, n_start, n_end = spans
-            if not (self.above(n_start, n_end, fastest) and self.above(o_start, o_end, fastest)):
-                return None
             a, b = self.slope(n_start, n_end), self.slope(o_start, o_end)
-            if a is None or b is None:  # not after above(): for the type checker
+            if a is None or b is None or not (a > fastest and b > fastest):
                 return None
             rates = _resolved(self.values_of(now, w, spans), (a, b))
         if rates is None:
