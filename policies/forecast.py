@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from policies.kernel import SlopeStore
@@ -120,6 +120,7 @@ def time_to_threshold(
     )
 
 
+@dataclass(slots=True, eq=False)
 class SkillTracker:
     """Scores a forecaster against persistence at one horizon over the last ``keep`` verdicts.
 
@@ -127,24 +128,17 @@ class SkillTracker:
     forecasts that have come due with the value observed then. O(1) per call.
     """
 
-    __slots__ = (
-        "_keep",
-        "_margin",
-        "_pending",
-        "_scores",
-        "horizon_s",
-        "sum_forecast",
-        "sum_persistence",
-    )
+    horizon_s: float
+    keep: int
+    max_pending: int
+    margin: float  # trust needs errors this much below persistence's
+    sum_forecast: float = field(default=0.0, init=False)
+    sum_persistence: float = field(default=0.0, init=False)
+    _pending: deque[tuple[float, float, float]] = field(init=False)
+    _scores: deque[tuple[float, float]] = field(init=False, default_factory=deque)
 
-    def __init__(self, horizon_s: float, keep: int, max_pending: int, margin: float) -> None:
-        self.horizon_s = horizon_s
-        self._keep = keep
-        self._margin = margin
-        self._pending: deque[tuple[float, float, float]] = deque(maxlen=max_pending)
-        self._scores: deque[tuple[float, float]] = deque()
-        self.sum_forecast = 0.0
-        self.sum_persistence = 0.0
+    def __post_init__(self) -> None:
+        self._pending = deque(maxlen=self.max_pending)
 
     def record(self, t: float, forecast: float, persisted: float) -> None:
         """A forecast made at ``t`` (and the persistence forecast made with it)."""
@@ -159,7 +153,7 @@ class SkillTracker:
             self._scores.append(verdict)
             self.sum_forecast += verdict[0]
             self.sum_persistence += verdict[1]
-            if len(self._scores) > self._keep:
+            if len(self._scores) > self.keep:
                 old_f, old_p = self._scores.popleft()
                 self.sum_forecast -= old_f
                 self.sum_persistence -= old_p
@@ -177,7 +171,7 @@ class SkillTracker:
     def trusted(self) -> bool:
         """The forecaster's recent errors are clearly smaller than persistence's."""
         # The absolute slack keeps round-off of equal forecasts from counting as a win.
-        bar = self.sum_persistence * (1.0 - self._margin) - 1e-9
+        bar = self.sum_persistence * (1.0 - self.margin) - 1e-9
         return self.scored > 0 and self.sum_forecast < bar
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import isfinite
 from typing import Final
 
@@ -40,37 +40,29 @@ class Resistance:
     n: int
 
 
+@dataclass(slots=True, eq=False)
 class ResistanceEstimator:
     """``(T - T_ref) / P`` per steady bucket over the last ``keep`` buckets."""
 
-    __slots__ = (
-        "_bucket",
-        "_bucket_s",
-        "_estimate",
-        "_high",
-        "_keep",
-        "_sum",
-        "_taken",
-        "_z",
-        "samples",
-    )
+    bucket_s: float
+    keep: int
+    z: float  # the bounds' normal quantile
+    samples: deque[float] = field(init=False)
+    _bucket: int | None = field(default=None, init=False)
+    # Sum of ratios and their count over the open bucket (every sample steady).
+    _sum: list[float] = field(init=False, default_factory=lambda: [0.0, 0.0])
+    _taken: int = field(default=0, init=False)  # samples appended or capped: the version
+    _estimate: tuple[int, int, Resistance | None] | None = field(default=None, init=False)
+    _high: float | None = field(default=None, init=False)  # max(samples) once asked
 
-    def __init__(self, bucket_s: float, keep: int, z: float) -> None:
-        self._bucket_s = bucket_s
-        self._keep = keep
-        self._z = z
-        self._bucket: int | None = None
-        self._sum: list[float] = [0.0, 0.0]  # sum of ratios, count (every sample steady)
-        self.samples: deque[float] = deque(maxlen=keep)
-        self._taken = 0  # samples appended or capped so far: the cached estimate's version
-        self._estimate: tuple[int, int, Resistance | None] | None = None
-        self._high: float | None = None  # max(samples) once asked, until they change
+    def __post_init__(self) -> None:
+        self.samples = deque(maxlen=self.keep)
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
         """One sample; a bucket counts only if every one of its samples was steady."""
         if not (isfinite(t) and isfinite(delta_t) and isfinite(power)):
             return
-        index = math.floor(t / self._bucket_s)
+        index = math.floor(t / self.bucket_s)
         if index != self._bucket:
             self._close()
             self._bucket = index
@@ -128,7 +120,7 @@ class ResistanceEstimator:
         mid = n // 2
         median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
         # Sign-test bounds of a median: ranks n/2 -+ z * sqrt(n) / 2.
-        half = self._z * math.sqrt(n) / 2.0
+        half = self.z * math.sqrt(n) / 2.0
         lo_i = max(0, math.floor(n / 2.0 - half) - 1)
         hi_i = min(n - 1, math.ceil(n / 2.0 + half))
         return Resistance(median, ordered[lo_i], ordered[hi_i], n)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from policies.forecast import SeriesForecaster
@@ -19,14 +20,12 @@ from policies.model import Reading, SensorKind
 from policies.settings import PolicySettings
 
 
+@dataclass(slots=True)
 class LossRun:
     """A run of successive samples of one series that all showed loss (flow low, pump stopped)."""
 
-    __slots__ = ("last", "since")
-
-    def __init__(self) -> None:
-        self.since: float | None = None  # the first sample of the current run
-        self.last: float | None = None  # its newest sample
+    since: float | None = None  # the first sample of the current run
+    last: float | None = None  # its newest sample
 
     def update(self, mono: float, lost: bool) -> None:
         """One fresh usable sample; a sample without loss ends the run."""
