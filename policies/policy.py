@@ -6,31 +6,12 @@ run it for every node of a trace. Pure and deterministic: no I/O, no clock, no
 logging; ``now`` (monotonic seconds, as readings are stamped) and ``wall`` (for
 the decision's timestamp) are arguments.
 
-Per GPU (thermal margin = slowdown temperature - temperature):
-
-* CRITICAL: margin at or under ``critical_margin_c``, or within ``shutdown_margin_c``
-  of the shutdown temperature.
-* WARNING: margin at or under ``enter_margin_c``; or a trusted trend (one that has
-  been beating persistence) makes the *earliest* plausible breach (the confidence
-  bound) come within the drain horizon (``lead_time_s x lead_margin``). A drain
-  must finish before the breach, so the early edge of the interval is the one
-  that counts.
-* UNKNOWN: temperature or slowdown threshold missing, stale or BAD.
-
-Per node, in order: a coolant leak, or a failing loop (flow lost, supply rising)
-with a GPU at or under the enter margin -> CRITICAL for the cooling loop (on fresh
-readings of those series, even while another coolant series is stale or BAD);
-any CRITICAL GPU -> CRITICAL; any WARNING GPU -> WARNING; a rack peer out of
-service for a rack-wide cause -> WARNING (following it); any UNKNOWN GPU ->
-UNKNOWN; else OK. The domain comes from :mod:`policies.attribution`; the
-transition from :mod:`policies.rules`; the gates from :mod:`policies.safety`.
-
-Healthy (may resume): every GPU known, every margin at or above ``exit_margin_c``,
-no trusted forecast breach within twice the drain horizon, no originating rack
-peer still out for a rack-wide cause, and, for a node out for the rack or the
-loop, that evidence known (every series fresh) and healthy again; a node restored
-out for the rack or the loop (:meth:`Policy.restore`) waits until it has seen
-that evidence fresh.
+Each evaluation takes every GPU's view (:mod:`policies.gpu`), each rack's
+evidence once (:mod:`policies.rack`), then each node's verdict
+(:mod:`policies.node`), its transition (:mod:`policies.rules`) through the gates
+(:mod:`policies.safety`), and a decision when the transition makes one. A node
+restored out for the rack or the loop (:meth:`Policy.restore`) waits until it has
+seen that evidence fresh.
 """
 
 from __future__ import annotations
