@@ -107,7 +107,7 @@ class ConfirmWindows:
             return None
         recent = self.recent
         # One int for (first sample, length): no tuple to build and hash per look-up.
-        key = (recent.first + start) << 32 | (end - start)
+        key = (recent.added - len(recent.times) + start) << 32 | (end - start)
         cache = self._slopes
         slope = cache.get(key, _UNSEEN)
         if slope is not _UNSEEN:
@@ -175,8 +175,13 @@ class ConfirmWindows:
             rates = self.rates(now, w)
         else:
             o_start, o_end, n_start, n_end = spans
-            a, b = self.slope(n_start, n_end), self.slope(o_start, o_end)
-            if a is None or b is None or not (a > fastest and b > fastest):
+            # The newer window first: it is rarely that fast, and then the older one is
+            # not worked out.
+            a = self.slope(n_start, n_end)
+            if a is None or not a > fastest:
+                return None
+            b = self.slope(o_start, o_end)
+            if b is None or not b > fastest:
                 return None
             rates = _resolved(self.values_of(now, w, spans), (a, b))
         if rates is None:
