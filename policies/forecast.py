@@ -193,41 +193,32 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
+@dataclass(slots=True, eq=False)
 class SeriesForecaster:
     """One slow series: its window, its current trend, and its skill against persistence."""
 
-    __slots__ = (
-        "_recent",
-        "_since",
-        "_trusted",
-        "_whole",
-        "_z",
-        "floor",
-        "settings",
-        "skill",
-        "trend",
-        "window",
-    )
+    settings: TrendSettings
+    # A level the series cannot be forecast to fall under (a GPU's margin stops near
+    # zero: the GPU throttles to hold its slowdown temperature).
+    floor: float | None = field(default=None, kw_only=True)
+    window: BucketWindow = field(init=False)
+    skill: SkillTracker = field(init=False)
+    trend: Trend | None = field(init=False, default=None)
+    _z: float = field(init=False)
+    # ``trusted``, asked for every GPU at every evaluation: it changes only when the
+    # trend or the skill does, in add() and restart(), which set it.
+    _trusted: bool = field(init=False, default=False)
+    _since: float = field(init=False, default=-math.inf)
+    # The sorted slopes of the whole window and of its recent half.
+    _whole: SlopeStore = field(init=False, default_factory=SortedSlopes)
+    _recent: SlopeStore = field(init=False, default_factory=SortedSlopes)
 
-    def __init__(self, settings: TrendSettings, *, floor: float | None = None) -> None:
-        self.settings = settings
-        # A level the series cannot be forecast to fall under (a GPU's margin stops
-        # near zero: the GPU throttles to hold its slowdown temperature).
-        self.floor = floor
-        self.window = BucketWindow(settings.bucket_s, settings.window_s)
-        self._z = z_for(settings.confidence)
-        pending = math.ceil(settings.skill_horizon_s / settings.bucket_s) + 2
-        self.skill = SkillTracker(
-            settings.skill_horizon_s, settings.skill_keep, pending, settings.skill_margin
-        )
-        self.trend: Trend | None = None
-        # ``trusted``, asked for every GPU at every evaluation: it changes only when
-        # the trend or the skill does, in add() and restart(), which set it.
-        self._trusted = False
-        self._since = -math.inf
-        # The sorted slopes of the whole window and of its recent half.
-        self._whole: SlopeStore = SortedSlopes()
-        self._recent: SlopeStore = SortedSlopes()
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.window = BucketWindow(s.bucket_s, s.window_s)
+        self._z = z_for(s.confidence)
+        pending = math.ceil(s.skill_horizon_s / s.bucket_s) + 2
+        self.skill = SkillTracker(s.skill_horizon_s, s.skill_keep, pending, s.skill_margin)
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""

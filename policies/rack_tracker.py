@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from typing import ClassVar, Final
 
 from policies.forecast import SeriesForecaster
@@ -44,6 +44,7 @@ class LossRun:
         )
 
 
+@dataclass(slots=True, eq=False)
 class SlowSeries:
     """A rack-level slow series: latest reading, forecaster, and plain windows for its range.
 
@@ -56,28 +57,23 @@ class SlowSeries:
 
     REFERENCE_S: ClassVar[float] = 1800.0
 
-    __slots__ = (
-        "_peaks",
-        "_prev",
-        "_prev_sample",
-        "_reference_s",
-        "ever_usable",
-        "forecaster",
-        "latest",
-        "raw",
-    )
+    settings: InitVar[PolicySettings]
+    max_rate_per_min: InitVar[float | None]
+    latest: Reading | None = field(init=False, default=None)
+    ever_usable: bool = field(init=False, default=False)
+    forecaster: SeriesForecaster = field(init=False)
+    raw: BucketWindow = field(init=False)
+    _reference_s: float = field(init=False)
+    _prev: float | None = field(init=False, default=None)  # the bucket closed before the newest
+    # (bucket time, level held over it and the bucket before), levels decreasing:
+    # a sliding-window maximum, O(1) amortised per bucket, bounded by the window.
+    _peaks: deque[tuple[float, float]] = field(init=False, default_factory=deque)
+    _prev_sample: float | None = field(init=False, default=None)  # the usable one before
 
-    def __init__(self, settings: PolicySettings, max_rate_per_min: float | None) -> None:
-        self.latest: Reading | None = None
-        self.ever_usable = False
+    def __post_init__(self, settings: PolicySettings, max_rate_per_min: float | None) -> None:
         self.forecaster = SeriesForecaster(settings.trend(max_rate_per_min))
         self.raw = BucketWindow(settings.trend_bucket_s, settings.trend_window_s)
         self._reference_s = max(settings.trend_window_s, self.REFERENCE_S)
-        self._prev: float | None = None  # the mean of the bucket closed before the newest
-        # (bucket time, level held over it and the bucket before), levels decreasing:
-        # a sliding-window maximum, O(1) amortised per bucket, bounded by the window.
-        self._peaks: deque[tuple[float, float]] = deque()
-        self._prev_sample: float | None = None  # the usable sample before the latest
 
     def observe(self, r: Reading) -> None:
         """Take one reading of this series."""
@@ -182,24 +178,28 @@ _COOLANT_KINDS: Final = frozenset(
 )
 
 
+@dataclass(eq=False)
 class RackTracker:
     """The shared evidence of one rack: inlet air, coolant and PDU, per series."""
 
-    def __init__(self, settings: PolicySettings) -> None:
-        self._settings = settings
-        self.slow: dict[SensorKind, dict[str, SlowSeries]] = {k: {} for k in _SLOW_RACK_KINDS}
-        self.state: dict[SensorKind, dict[str, Reading]] = {k: {} for k in _STATE_RACK_KINDS}
-        self.present: set[str] = set()  # state series that have had a usable reading
-        self.runs: dict[str, LossRun] = {}  # loss runs of flow and pump series
-        # When the cooling unit last answered, and its usual poll interval.
-        self.coolant_last: float | None = None
-        self.coolant_interval_s: float | None = None
-        self._observed = 0  # readings taken: a version number for the cached reference
-        self._reference: tuple[float, int, float | None] | None = None
+    settings: PolicySettings
+    slow: dict[SensorKind, dict[str, SlowSeries]] = field(
+        init=False, default_factory=lambda: {k: {} for k in _SLOW_RACK_KINDS}
+    )
+    state: dict[SensorKind, dict[str, Reading]] = field(
+        init=False, default_factory=lambda: {k: {} for k in _STATE_RACK_KINDS}
+    )
+    present: set[str] = field(init=False, default_factory=set)  # ever usable state series
+    runs: dict[str, LossRun] = field(init=False, default_factory=dict)  # flow and pump series
+    # When the cooling unit last answered, and its usual poll interval.
+    coolant_last: float | None = field(init=False, default=None)
+    coolant_interval_s: float | None = field(init=False, default=None)
+    _observed: int = field(init=False, default=0)  # readings taken: the reference's version
+    _reference: tuple[float, int, float | None] | None = field(init=False, default=None)
 
     def configure(self, settings: PolicySettings) -> None:
         """Read these settings from now on (a reload that keeps the windows' shape)."""
-        self._settings = settings
+        self.settings = settings
         self._reference = None  # found with the old staleness
 
     def observe(self, r: Reading) -> None:
@@ -217,16 +217,14 @@ class RackTracker:
         if by_key is not None:
             series = by_key.get(key)
             if series is None:
-                s = self._settings
+                s = self.settings
                 rate = None if kind is SensorKind.COOLANT_FLOW else s.max_air_rate_c_per_min
                 series = by_key[key] = SlowSeries(s, rate)
             high = series.sustained_high
             series.observe(r)
             if kind is SensorKind.COOLANT_FLOW and ok and value is not None:
                 low = (
-                    high is not None
-                    and high > 0
-                    and value < self._settings.flow_low_fraction * high
+                    high is not None and high > 0 and value < self.settings.flow_low_fraction * high
                 )
                 self.runs.setdefault(key, LossRun()).update(mono, low)
             return
@@ -259,7 +257,7 @@ class RackTracker:
         return value
 
     def _reference_now(self, now: float) -> float | None:
-        stale = self._settings.rack_stale_after_s
+        stale = self.settings.rack_stale_after_s
         for kind in (SensorKind.COOLANT_SUPPLY_TEMPERATURE, SensorKind.INLET_TEMPERATURE):
             values = [
                 v
@@ -274,5 +272,5 @@ class RackTracker:
         """The cooling unit has missed two polls (or never answered with data)."""
         if self.coolant_last is None:
             return True
-        interval = self.coolant_interval_s or self._settings.rack_stale_after_s / 2
+        interval = self.coolant_interval_s or self.settings.rack_stale_after_s / 2
         return now - self.coolant_last > 2.0 * interval + 1.0

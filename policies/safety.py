@@ -238,19 +238,23 @@ def resume_withheld(node: str, rack: str, now: float, view: ClusterView, s: Poli
     return ""
 
 
+@dataclass(eq=False)
 class ClusterLedger:
     """Builds a ClusterView from decisions as they are made (replay; a lone daemon).
 
     Keeps the out-of-service set and the trips and resumes of the last ``horizon_s``.
     """
 
-    def __init__(self, racks: Mapping[str, tuple[str, ...]], horizon_s: float) -> None:
-        self.racks = MappingProxyType(dict(racks))
-        self.rack_of = {n: r for r, nodes in racks.items() for n in nodes}
-        self.horizon_s = horizon_s
-        self.out: dict[str, OutOfService] = {}
-        self.trips: deque[Event] = deque()
-        self.resumes: deque[Event] = deque()
+    racks: Mapping[str, tuple[str, ...]]
+    horizon_s: float
+    rack_of: dict[str, str] = field(init=False)
+    out: dict[str, OutOfService] = field(init=False, default_factory=dict)
+    trips: deque[Event] = field(init=False, default_factory=deque)
+    resumes: deque[Event] = field(init=False, default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.racks = MappingProxyType(dict(self.racks))
+        self.rack_of = {n: r for r, nodes in self.racks.items() for n in nodes}
 
     def record(
         self, d: Decision, now: float, *, critical: bool = False, following: str = ""
