@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from math import isfinite
 from typing import Final
 
@@ -26,75 +27,55 @@ from policies.settings import PolicySettings
 _NOMINAL_POWER_LIMIT_W: Final = 500.0  # load-step scale when a GPU reports no power limit
 
 
+@dataclass(slots=True, eq=False)
 class GpuTracker:
     """One GPU: its latest readings, its thermal-margin forecaster and load-step detection."""
 
-    __slots__ = (
-        "_limit_t",
-        "_limit_v",
-        "_power",
-        "_power_ref",
-        "_power_t",
-        "_power_v",
-        "_settings",
-        "_shut_t",
-        "_shut_v",
-        "_slow_good",
-        "_slow_t",
-        "_slow_v",
-        "_temp_t",
-        "_temp_v",
-        "limit",
-        "load_steps",
-        "margin",
-        "power",
-        "recent_power",
-        "resistance",
-        "shutdown",
-        "slowdown",
-        "step_times",
-        "temperature",
-        "temps",
-    )
+    settings: PolicySettings
+    temperature: Reading | None = field(init=False, default=None)
+    slowdown: Reading | None = field(init=False, default=None)
+    shutdown: Reading | None = field(init=False, default=None)
+    power: Reading | None = field(init=False, default=None)
+    limit: Reading | None = field(init=False, default=None)
+    # What the evaluation and the resistance estimate read of those readings, taken
+    # once as they arrive (they are read at every sample and evaluation).
+    # A value is NaN unless its reading is usable; a time is NaN with no reading.
+    _temp_v: float = field(init=False, default=math.nan)
+    _temp_t: float = field(init=False, default=math.nan)
+    _slow_v: float = field(init=False, default=math.nan)
+    _slow_t: float = field(init=False, default=math.nan)
+    _slow_good: bool = field(init=False, default=False)  # usable: the margin's condition
+    _shut_v: float = field(init=False, default=math.nan)
+    _shut_t: float = field(init=False, default=math.nan)
+    _power_v: float = field(init=False, default=math.nan)
+    _power_t: float = field(init=False, default=math.nan)
+    _limit_v: float | None = field(init=False, default=None)  # the power limit, when usable
+    _limit_t: float = field(init=False, default=math.nan)
+    margin: SeriesForecaster = field(init=False)
+    _power: BucketWindow = field(init=False)
+    _power_ref: float | None = field(init=False, default=None)
+    load_steps: int = field(init=False, default=0)
+    # Recent load steps (bucket times).
+    step_times: deque[float] = field(init=False, default_factory=lambda: deque(maxlen=16))
+    # Raw samples for the fast signature (heating with flat power): temperatures over
+    # two confirm windows, power over the settle time (a step's heating lasts that long).
+    temps: TemperatureWindows = field(init=False, default_factory=ConfirmWindows)
+    recent_power: RecentSamples = field(init=False, default_factory=RecentSamples)
+    resistance: ResistanceEstimator = field(init=False)
 
-    def __init__(self, settings: PolicySettings) -> None:
-        self._settings = settings
-        self.temperature: Reading | None = None
-        self.slowdown: Reading | None = None
-        self.shutdown: Reading | None = None
-        self.power: Reading | None = None
-        self.limit: Reading | None = None
-        # What the evaluation and the resistance estimate read of those readings, taken
-        # once as they arrive (they are read at every sample and evaluation).
-        # A value is NaN unless its reading is usable; a time is NaN with no reading.
-        self._temp_v = self._temp_t = math.nan
-        self._slow_v = self._slow_t = math.nan
-        self._slow_good = False  # the slowdown reading is usable (the margin's condition)
-        self._shut_v = self._shut_t = math.nan
-        self._power_v = self._power_t = math.nan
-        self._limit_v: float | None = None  # the power limit, when usable
-        self._limit_t = math.nan
-        self.margin = SeriesForecaster(
-            settings.trend(settings.max_gpu_rate_c_per_min), floor=settings.critical_margin_c
-        )
-        self._power = BucketWindow(settings.trend_bucket_s, 2 * settings.trend_bucket_s)
-        self._power_ref: float | None = None
-        self.load_steps = 0
-        self.step_times: deque[float] = deque(maxlen=16)  # recent load steps (bucket times)
-        # Raw samples for the fast signature (heating with flat power): temperatures over
-        # two confirm windows, power over the settle time (a step's heating lasts that long).
-        self.temps: TemperatureWindows = ConfirmWindows()
-        self.recent_power = RecentSamples()
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.margin = SeriesForecaster(s.trend(s.max_gpu_rate_c_per_min), floor=s.critical_margin_c)
+        self._power = BucketWindow(s.trend_bucket_s, 2 * s.trend_bucket_s)
         # Twice the fewest buckets a fit needs: enough for the median's bounds, short enough
         # to follow a cold plate that degrades or is repaired within a few minutes.
-        keep = 2 * settings.trend_min_points
         self.resistance = ResistanceEstimator(
-            settings.trend_bucket_s, keep, z_for(settings.confidence)
+            s.trend_bucket_s, 2 * s.trend_min_points, z_for(s.confidence)
         )
 
     def configure(self, settings: PolicySettings) -> None:
         """Read these settings from now on (a reload that keeps the windows' shape)."""
-        self._settings = settings
+        self.settings = settings
 
     @property
     def temperature_at(self) -> float:
@@ -112,11 +93,11 @@ class GpuTracker:
         if reference is None or not isfinite(watts) or not isfinite(value):
             return
         now = self._temp_t
-        if now - self._power_t > self._settings.stale_after_s:
+        if now - self._power_t > self.settings.stale_after_s:
             return
         # Asked at every temperature sample, the replay's hot path: each step below is
         # taken only when its answer can change what is kept.
-        w = self._settings.flow_loss_confirm_s
+        w = self.settings.flow_loss_confirm_s
         windows = self.temps
         spans = windows.spans(now, w)
         if spans is None:
@@ -145,7 +126,7 @@ class GpuTracker:
         # window says, and whatever one reading step resolves it to (0.0 is slower).
         if (
             steady
-            and windows.beyond(n_start, n_end, self._settings.max_gpu_rate_c_per_s)
+            and windows.beyond(n_start, n_end, self.settings.max_gpu_rate_c_per_s)
             and windows.slope(o_start, o_end) is not None
         ):
             values = sorted(temps[n_start:n_end]), sorted(temps[o_start:o_end])
@@ -154,17 +135,17 @@ class GpuTracker:
 
     def _sample_scanning(self, now: float, value: float, reference: float, watts: float) -> None:
         """sample_resistance by its definition, for samples whose times are out of order."""
-        values = self.temps.values_of(now, self._settings.flow_loss_confirm_s, None)
+        values = self.temps.values_of(now, self.settings.flow_loss_confirm_s, None)
         if self._cooling_at_flat_power(values, now) and watts > 0.0:
             self.resistance.cap((values[0][-1] - reference) / watts)
         rates = self.heating_rate(now)
-        fastest = self._settings.max_gpu_rate_c_per_s
+        fastest = self.settings.max_gpu_rate_c_per_s
         steady = self.power_steady() and (rates is None or abs(rates[0]) <= fastest)
         self.resistance.add(now, value - reference, watts, steady)
 
     def fast_heating(self, now: float, fastest: float) -> float | None:
         """The newer window's heating rate (C/s) when both windows' exceed ``fastest`` > 0."""
-        return self.temps.fast(now, self._settings.flow_loss_confirm_s, fastest)
+        return self.temps.fast(now, self.settings.flow_loss_confirm_s, fastest)
 
     def heating_rate(self, now: float) -> tuple[float, float] | None:
         """The temperature slope (C/s) over the last and the previous confirm window.
@@ -175,7 +156,7 @@ class GpuTracker:
         NVML reports whole degrees, and over a few seconds a steady temperature reads
         as one step up or down, whose pairwise slope looks like fast heating.
         """
-        return self.temps.rates(now, self._settings.flow_loss_confirm_s)
+        return self.temps.rates(now, self.settings.flow_loss_confirm_s)
 
     def _cooling_at_flat_power(self, values: Values, now: float) -> bool:
         """The newer window's median under the older's, power flat over both.
@@ -188,13 +169,13 @@ class GpuTracker:
         newer, older = values
         if len(newer) < 3 or len(older) < 3 or mid(newer) >= mid(older):
             return False
-        since = now - 2 * self._settings.flow_loss_confirm_s
+        since = now - 2 * self.settings.flow_loss_confirm_s
         watts = self.recent_power.values_since(since)
         return bool(watts) and max(watts) - min(watts) <= self._load_step_w()
 
     def _load_step_w(self) -> float:
         limit = self._limit_v
-        return self._settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
+        return self.settings.load_step_fraction * (limit or _NOMINAL_POWER_LIMIT_W)
 
     def power_steady(self) -> bool:
         """No power change of a load step over the settle time (and none detected)."""
@@ -216,7 +197,7 @@ class GpuTracker:
             self._temp_v = math.nan
             return
         self._temp_v = value
-        self.temps.add(mono, value, self._settings.temperature_keep_s)
+        self.temps.add(mono, value, self.settings.temperature_keep_s)
         if self._slow_good:
             self.margin.add(mono, self._slow_v - value)
 
@@ -235,7 +216,7 @@ class GpuTracker:
             self._power_v = math.nan
             return
         self._power_v = value
-        self.recent_power.add(mono, value, self._settings.power_keep_s)
+        self.recent_power.add(mono, value, self.settings.power_keep_s)
         if self._power.add(mono, value):
             self._check_load_step()
 
@@ -285,7 +266,7 @@ class GpuTracker:
             # for a while. That is load, not a thermal trend: fit afresh once it settles.
             self.load_steps += 1
             self.step_times.append(bucket.t)
-            self.margin.restart(bucket.t + self._settings.load_settle_s)
+            self.margin.restart(bucket.t + self.settings.load_settle_s)
 
     @property
     def recent_temp(self) -> TimedValues:

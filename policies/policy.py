@@ -171,7 +171,7 @@ class Policy:
             # Windows and fits of another shape: start them afresh; states stay.
             self.tracker = Tracker(new, self.racks, default_node=self._default_node)
         else:
-            self.tracker.settings = new
+            self.tracker.configure(new)
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Take readings (repeats of a reading already seen change nothing)."""

@@ -33,38 +33,34 @@ class NodeTracker:
     gpus: dict[str, GpuTracker] = field(default_factory=dict)
 
 
+@dataclass(eq=False)
 class Tracker:
     """Every node's GPUs and every rack's evidence, fed with readings."""
 
-    def __init__(
-        self,
-        settings: PolicySettings,
-        racks: Mapping[str, tuple[str, ...]],
-        *,
-        default_node: str | None = None,
-    ) -> None:
-        self._settings = settings
-        self.racks = dict(racks)
-        self.rack_of = {node: rack for rack, nodes in racks.items() for node in nodes}
-        self.default_node = default_node
-        self.nodes: dict[str, NodeTracker] = {n: NodeTracker() for n in self.rack_of}
-        self.rack: dict[str, RackTracker] = {rk: RackTracker(settings) for rk in racks}
+    settings: PolicySettings
+    racks: Mapping[str, tuple[str, ...]]
+    default_node: str | None = field(default=None, kw_only=True)
+    rack_of: dict[str, str] = field(init=False)
+    nodes: dict[str, NodeTracker] = field(init=False)
+    rack: dict[str, RackTracker] = field(init=False)
 
-    @property
-    def settings(self) -> PolicySettings:
-        """The settings every tracker reads."""
-        return self._settings
+    def __post_init__(self) -> None:
+        self.racks = dict(self.racks)
+        self.rack_of = {node: rack for rack, nodes in self.racks.items() for node in nodes}
+        self.nodes = {n: NodeTracker() for n in self.rack_of}
+        self.rack = {rk: RackTracker(self.settings) for rk in self.racks}
 
-    @settings.setter
-    def settings(self, new: PolicySettings) -> None:
-        # A reload that keeps the windows' shape (Policy.settings): the trackers kept
-        # read the new values too, not only the GPUs and racks seen after it.
-        self._settings = new
+    def configure(self, settings: PolicySettings) -> None:
+        """Read these settings from now on (a reload that keeps the windows' shape).
+
+        The GPUs and racks already tracked read them too, not only those seen after.
+        """
+        self.settings = settings
         for node in self.nodes.values():
             for g in node.gpus.values():
-                g.configure(new)
+                g.configure(settings)
         for rt in self.rack.values():
-            rt.configure(new)
+            rt.configure(settings)
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
