@@ -13,6 +13,7 @@ from bench import (
     notice_latency,
     notice_rest,
     opcua_cost,
+    replay_shards,
     replay_speed,
     scoring,
     snmp_cost,
@@ -56,7 +57,7 @@ def main() -> None:
         "snmp": snmp_cost.measure,
         "api": api_rps.measure,
         "scoring": scoring.measure,
-        "replay": replay_speed.measure,
+        "replay": lambda: replay_speed.measure() + replay_shards.measure(),
         "fleet": fleet_cost.measure,
     }
     wanted = [w for w in args.only.split(",") if w] or list(benches)

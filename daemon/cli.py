@@ -23,7 +23,6 @@ from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
 from daemon.service.preflight import preflight_problems
 from daemon.version import package_version
-from policies import native
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 1
@@ -241,9 +240,8 @@ def cmd_files(args: argparse.Namespace) -> int:
 
 
 def version_line() -> str:
-    """`rackguard X.Y.Z (Python A.B.C, policy compiled|from sources)`: what is running."""
-    policy = "policy compiled" if native.COMPILED else "policy from sources"
-    return f"rackguard {package_version()} (Python {platform.python_version()}, {policy})"
+    """`rackguard X.Y.Z (Python A.B.C)`: what is running."""
+    return f"rackguard {package_version()} (Python {platform.python_version()})"
 
 
 def build_parser() -> argparse.ArgumentParser:
