@@ -67,6 +67,7 @@ class EtcdAgent:
         self._jobs: asyncio.Queue[Job] = asyncio.Queue(maxsize=256)
         self._rng = rng or random.Random()
         self._stale_lease = 0  # a lease given up after a stall, to revoke
+        self._probe = asyncio.Event()  # set by mark_down: ask etcd now, not in TTL/3
 
     # -- state ---------------------------------------------------------------------
 
@@ -88,6 +89,7 @@ class EtcdAgent:
                 "%s: etcd unreachable, degraded (critical actions go ahead): %s", self.node, err
             )
         self._up = False
+        self._probe.set()
 
     def _mark_up(self) -> None:
         if not self._up:
@@ -126,8 +128,10 @@ class EtcdAgent:
             try:
                 if self._stale_lease:
                     # Ours no more: whatever it still holds goes now, not in a TTL.
-                    await self.etcd.revoke(self._stale_lease)
-                    self._stale_lease = 0
+                    with contextlib.suppress(EtcdUnavailable):
+                        with contextlib.suppress(EtcdError):  # already expired: gone anyway
+                            await self.etcd.revoke(self._stale_lease)
+                        self._stale_lease = 0
                 if self.claims.lease != 0:
                     # A reconnect: a restarted etcd may have lost the lease with its data.
                     sent = time.monotonic()
@@ -159,7 +163,10 @@ class EtcdAgent:
 
     async def _keepalive(self) -> None:
         while True:
-            await asyncio.sleep(self.lease_ttl_s / 3)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_ttl_s / 3):
+                    await self._probe.wait()
+            self._probe.clear()
             sent = time.monotonic()
             if sent >= self.lease_until:
                 # This agent did not run for longer than the lease: whatever etcd
