@@ -12,19 +12,18 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
 
 import orjson
 import pytest
 
 from daemon.cluster.agent import EtcdAgent
-from daemon.cluster.claims import Budgets, Claims
+from daemon.cluster.claims import Budgets, Claims, Grant
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.fleet import Fleet
-from fakes.etcd_server import EtcdServer, etcd_available
+from fakes.etcd_server import EtcdServer
 from policies.model import Action, FaultDomain
 from policies.safety import ClusterView
-from tests.daemon.cluster.test_fleet import SETTINGS, outcome
+from tests.daemon.cluster.test_fleet import fleet_agent, outcome
 from tests.daemon.cluster.test_leader import TTL_S, rack
 from tests.support.wait import wait_until
 
@@ -32,34 +31,9 @@ PREFIX = "/rg/"
 BUDGET = Budgets(1, 1, 50, 600.0, 1, 2.0)
 
 
-@pytest.fixture
-def etcd() -> Iterator[EtcdServer]:
-    """A member of this test's own (it is frozen, restarted, wiped)."""
-    why = etcd_available()
-    if why:
-        pytest.skip(why)
-    server = EtcdServer()
-    server.start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        os.kill(server.proc.pid, signal.SIGCONT)
-    server.close()
-
-
-@contextlib.asynccontextmanager
-async def member(url: str, node: str, ttl: int = 30) -> AsyncIterator[Fleet]:
-    """An agent and its fleet gate, as the daemon builds them (claims time out at 0.5 s)."""
-    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=PREFIX, lease_ttl_s=ttl)
-    fleet = Fleet(node, "a", lambda: SETTINGS, etcd=agent, claim_timeout_s=0.5)
-    task = asyncio.create_task(agent.run())
-    try:
-        await wait_until(lambda: agent.up, timeout=10, what=f"{node} joined etcd")
-        yield fleet
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await agent.close()
+def member(url: str, node: str, ttl: int = 30) -> contextlib.AbstractAsyncContextManager[Fleet]:
+    """An agent and its fleet gate, as the daemon builds them."""
+    return fleet_agent(url, node, "a", PREFIX, ttl)
 
 
 def agent_of(fleet: Fleet) -> EtcdAgent:
@@ -131,18 +105,18 @@ async def test_etcd_recovers_from_a_restart_and_from_a_wiped_data_dir(etcd: Etcd
         assert fleet.claims_granted == 2
         kvs, _ = await agent.etcd.get_prefix(PREFIX + "drain/cluster/")
         assert [kv.value for kv in kvs] == [b"a1"]
-        other = await holder_refused(etcd.url)
-        assert other == "cluster budget exhausted (1/1 claimed)"
+        other = await peer_claim(etcd.url)
+        assert other == Grant(False, "cluster budget exhausted (1/1 claimed)")
 
 
-async def holder_refused(url: str) -> str:
+async def peer_claim(url: str) -> Grant:
+    """Another node, b1, asks for a drain slot."""
     client = EtcdClient([url], timeout_s=2.0)
     c = Claims(client, "b1", PREFIX)
     c.lease = await client.grant(60)
     grant = await c.claim_drain("b", True, BUDGET)
     await client.close()
-    assert not grant.granted
-    return grant.why
+    return grant
 
 
 async def test_etcd_recovers_from_an_event_loop_stalled_past_the_lease(etcd: EtcdServer) -> None:
@@ -157,16 +131,7 @@ async def test_etcd_recovers_from_an_event_loop_stalled_past_the_lease(etcd: Etc
             lambda: agent.up and agent.claims.lease != stale, timeout=10, what="a new lease"
         )
         # Whatever the old lease held was let go (revoked or expired): a peer can claim it.
-        assert await holder_refused_or_granted(etcd.url)
-
-
-async def holder_refused_or_granted(url: str) -> bool:
-    client = EtcdClient([url], timeout_s=2.0)
-    c = Claims(client, "b1", PREFIX)
-    c.lease = await client.grant(60)
-    grant = await c.claim_drain("b", True, BUDGET)
-    await client.close()
-    return grant.granted
+        assert (await peer_claim(etcd.url)).granted
 
 
 GARBAGE: dict[str, bytes] = {

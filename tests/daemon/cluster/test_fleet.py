@@ -46,8 +46,11 @@ def outcome(node: str, action: Action, domain: FaultDomain, *, critical: bool = 
 
 
 @contextlib.asynccontextmanager
-async def fleet_agent(url: str, node: str, rack: str, prefix: str) -> AsyncIterator[Fleet]:
-    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=prefix, lease_ttl_s=3)
+async def fleet_agent(
+    url: str, node: str, rack: str, prefix: str, ttl: int = 3
+) -> AsyncIterator[Fleet]:
+    """An agent and its fleet gate, as the daemon builds them (claims time out at 0.5 s)."""
+    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=prefix, lease_ttl_s=ttl)
     fleet = Fleet(node, rack, lambda: SETTINGS, etcd=agent, claim_timeout_s=0.5)
     task = asyncio.create_task(agent.run())
     try:
