@@ -209,6 +209,14 @@ class EtcdClient:
             try:
                 parsed = orjson.loads(raw) if raw else {}
             except orjson.JSONDecodeError as err:
+                if b"CommonName" in raw:
+                    # etcd 3.4: with auth on, its gateway refuses a client certificate
+                    # that has a CN (it would not be the identity used).
+                    raise EtcdError(
+                        f"{url}: etcd refuses a client certificate with a CommonName on its"
+                        " JSON gateway while authentication is on: issue rackguard's"
+                        " certificate without a CN and authenticate with etcd_user"
+                    ) from err
                 raise EtcdError(f"{url}: not JSON: {raw[:200]!r}") from err
             if isinstance(parsed, dict) and "header" not in parsed:
                 said = str(parsed.get("error") or parsed.get("message") or "")

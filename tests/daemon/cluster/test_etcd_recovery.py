@@ -15,11 +15,13 @@ import time
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.claims import Budgets, Claims, Grant
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.fleet import Fleet
+from daemon.service.cluster import FleetCollector
 from fakes.etcd_server import EtcdServer
 from policies.model import Action, FaultDomain
 from policies.safety import ClusterView
@@ -172,6 +174,10 @@ async def test_etcd_garbage_is_ignored_counted_and_logged_once_never_a_node(
         assert await fleet.admit(drain) == "drain withheld: cluster budget exhausted (1/1 claimed)"
         bad = dict(agent.values.bad)
         assert bad == {"slot": 3, "cause": 4}, bad
+        registry = CollectorRegistry()
+        registry.register(FleetCollector(fleet))
+        scraped = generate_latest(registry).decode()
+        assert 'rackguard_etcd_bad_values_total{kind="cause"} 4.0' in scraped, scraped
         warned = [r.getMessage() for r in caplog.records]
         assert len(warned) == 7, warned
         assert any("drain/cluster/0" in w and "not UTF-8" in w for w in warned), warned

@@ -47,10 +47,11 @@ def outcome(node: str, action: Action, domain: FaultDomain, *, critical: bool = 
 
 @contextlib.asynccontextmanager
 async def fleet_agent(
-    url: str, node: str, rack: str, prefix: str, ttl: int = 3
+    url: str, node: str, rack: str, prefix: str, ttl: int = 3, client: EtcdClient | None = None
 ) -> AsyncIterator[Fleet]:
     """An agent and its fleet gate, as the daemon builds them (claims time out at 0.5 s)."""
-    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=prefix, lease_ttl_s=ttl)
+    client = client or EtcdClient([url], timeout_s=0.5)
+    agent = EtcdAgent(client, node, prefix=prefix, lease_ttl_s=ttl)
     fleet = Fleet(node, rack, lambda: SETTINGS, etcd=agent, claim_timeout_s=0.5)
     task = asyncio.create_task(agent.run())
     try:
