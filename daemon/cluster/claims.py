@@ -87,6 +87,7 @@ class Claims:
         ``cause``: the rack-wide domain this node leads with; its cause key is written
         in the same transaction, so the rack sees slot and cause together.
         """
+        self._leased()
         for _ in range(self.ATTEMPTS):
             drains, trips, breaker = await self._snapshot("drain/", "trip/", "breaker")
             if breaker:
@@ -102,7 +103,7 @@ class Claims:
                     False, f"cluster budget exhausted ({len(cluster)}/{b.cluster} claimed)"
                 )
             compare = [absent(self.key("breaker")), absent(self.key("drain", "cluster", free))]
-            ops = [put_op(self.key("drain", "cluster", free), self.node, self.lease)]
+            ops = [put_op(self.key("drain", "cluster", free), self.node, self._leased())]
             if not rack_wide:
                 slot = _free(in_rack, b.rack)
                 if slot is None:
@@ -110,7 +111,7 @@ class Claims:
                         False, f"rack budget exhausted ({len(in_rack)}/{b.rack} claimed in {rack})"
                     )
                 compare.append(absent(self.key("drain", "rack", rack, slot)))
-                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, self.lease))
+                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, self._leased()))
             trip = _free(self._slots(trips, self.key("trip", "")), b.storm + 1)
             if trip is None:
                 await self.open_breaker(len(trips))
@@ -120,7 +121,7 @@ class Claims:
             ops.append(put_op(self.key("trip", trip), self.node, trip_lease))
             if cause:
                 body = orjson.dumps({"domain": cause})
-                ops.append(put_op(self.key("cause", rack, self.node), body, self.lease))
+                ops.append(put_op(self.key("cause", rack, self.node), body, self._leased()))
             ok, _ = await self.etcd.txn(compare, ops)
             if ok:
                 return Grant(True)
@@ -129,6 +130,7 @@ class Claims:
 
     async def claim_resume(self, rack: str, b: Budgets) -> Grant:
         """A resume slot in the rack's stagger window; taking it frees this node's drain slots."""
+        self._leased()
         for _ in range(self.ATTEMPTS):
             resumes, drains = await self._snapshot(f"resume/{rack}/", "drain/")
             held = self._slots(resumes, self.key("resume", rack, ""))
@@ -172,7 +174,13 @@ class Claims:
     async def put_cause(self, rack: str, domain: str) -> None:
         """This node is out for a rack-wide cause: its rack peers follow at once."""
         body = orjson.dumps({"domain": domain})
-        await self.etcd.put(self.key("cause", rack, self.node), body, self.lease)
+        await self.etcd.put(self.key("cause", rack, self.node), body, self._leased())
+
+    def _leased(self) -> int:
+        # A slot or cause written without the lease would outlive this agent.
+        if self.lease == 0:
+            raise EtcdError("no etcd lease held now (taking a new one)")
+        return self.lease
 
     def _slots(self, kvs: list[Kv], under: str) -> dict[str, str]:
         """Slot index -> holder, for the keys directly under ``under``.

@@ -97,6 +97,8 @@ class RackLeader:
             return
         now = time.monotonic()
         lease = self.agent.claims.lease
+        if lease == 0:
+            return  # between leases: a publication without one would never expire
         body = msgspec.json.encode(
             Evidence(self.agent.node, lease, time.time(), [_encode(r, now) for r in readings])
         )

@@ -26,7 +26,7 @@ from fakes.etcd_server import EtcdServer
 from policies.model import Action, FaultDomain
 from policies.safety import ClusterView
 from tests.daemon.cluster.test_fleet import fleet_agent, outcome
-from tests.daemon.cluster.test_leader import TTL_S, rack
+from tests.daemon.cluster.test_leader import TTL_S, Member, rack
 from tests.support.wait import wait_until
 
 PREFIX = "/rg/"
@@ -191,17 +191,18 @@ async def test_etcd_recovers_the_rack_lead_after_a_wipe(etcd: EtcdServer) -> Non
         etcd.stop()
         etcd.wipe()
         etcd.start()
+
         # The old lead went with its lease: someone stands again, under a new lease.
+        def leads(m: Member) -> bool:
+            held = m.agent.get("leader", "a")
+            return m.leader.leading and held is not None and held.lease == m.agent.claims.lease
+
         await wait_until(
-            lambda: (
-                sum(m.leader.leading for m in members) == 1 and all(m.agent.up for m in members)
-            ),
+            lambda: sum(map(leads, members)) == 1 and all(m.agent.up for m in members),
             timeout=15,
-            what="a leader again after the wipe",
+            what="a leader again after the wipe, under its new lease",
         )
-        lead = next(m for m in members if m.leader.leading)
-        held = lead.agent.get("leader", "a")
-        assert held is not None and held.lease == lead.agent.claims.lease
+        lead = next(m for m in members if leads(m))
         follower = next(m for m in members if m is not lead)
         fed = len(follower.fed)
         await wait_until(lambda: len(follower.fed) > fed + 3, timeout=10, what="fed again")
