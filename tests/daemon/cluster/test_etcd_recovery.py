@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -52,6 +53,21 @@ async def holder(url: str, node: str) -> Claims:
     return c
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP, and wait until every thread of the process has stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5.0
+    tasks = Path(f"/proc/{pid}/task")
+    while not all(_state(t) in "Tt" for t in tasks.iterdir()):
+        assert time.monotonic() < deadline, "etcd did not stop"
+        time.sleep(0.01)
+
+
+def _state(task: Path) -> str:
+    stat = (task / "stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 async def test_etcd_recovers_from_a_stall_the_agent_is_up_again_and_the_budget_holds(
     etcd: EtcdServer,
 ) -> None:
@@ -62,7 +78,7 @@ async def test_etcd_recovers_from_a_stall_the_agent_is_up_again_and_the_budget_h
         agent = agent_of(fleet)
         assert await fleet.admit(drain) == "drain withheld: cluster budget exhausted (1/1 claimed)"
         assert etcd.proc is not None
-        os.kill(etcd.proc.pid, signal.SIGSTOP)
+        freeze(etcd.proc.pid)
         try:
             assert await fleet.admit(drain) == ""  # timed out: degraded, as designed
             assert not agent.up and fleet.degraded
