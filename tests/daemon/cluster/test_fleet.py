@@ -197,7 +197,9 @@ async def test_a_hostile_gateway_degrades_the_agent_never_crashes_it(answer: byt
     try:
         await wait_until(lambda: agent.failures >= 1, timeout=10, what="found unusable")
         assert not task.done() and fleet.degraded
-        agent.up = True  # even when it once looked fine, a claim on junk falls back
+        # Even when it once looked fine (answering, a lease promised), a claim on junk falls back.
+        agent.up, agent.claims.lease, agent.lease_until = True, 1, time.monotonic() + 60
+        assert not fleet.degraded
         assert await fleet.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
         assert fleet.degraded
     finally:
