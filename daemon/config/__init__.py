@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from daemon.config.cluster import ClusterConfig
+from daemon.config.network import is_loopback
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
 from daemon.config.scheduler import (
@@ -79,16 +80,6 @@ class LoggingConfig:
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,62})(\.[A-Za-z0-9][-A-Za-z0-9]{0,62})*$"
 )
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address (or 'localhost') that only this machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
