@@ -25,6 +25,7 @@ import socket
 import struct
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 1024  # {"op":"set","uuid":"GPU-<36>","watts":...} is under 100 bytes
 SD_LISTEN_FDS_START = 3
+DYNAMIC_UIDS = Path("/run/systemd/dynamic-uid")
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -52,12 +54,19 @@ class Peer:
     uid: int
     gid: int
 
-    def user(self) -> str | None:
-        """The peer uid's user name (a DynamicUser's resolves through nss-systemd)."""
-        try:
-            return pwd.getpwuid(self.uid).pw_name
-        except KeyError:
-            return None
+    def users(self, dynamic_uids: Path = DYNAMIC_UIDS) -> set[str]:
+        """The names of the peer's uid: /etc/passwd's, and systemd's DynamicUser's.
+
+        A DynamicUser is in no passwd file; systemd records it as the symlink
+        ``direct:<uid> -> <name>`` under /run/systemd/dynamic-uid (what nss-systemd
+        reads), which only systemd can write. Read directly, it needs no NSS module.
+        """
+        names: set[str] = set()
+        with contextlib.suppress(KeyError):
+            names.add(pwd.getpwuid(self.uid).pw_name)
+        with contextlib.suppress(OSError):
+            names.add(os.readlink(dynamic_uids / f"direct:{self.uid}"))
+        return names
 
 
 def peer_of(sock: socket.socket) -> Peer:
@@ -84,7 +93,9 @@ class PowerCapHelper:
         allowed_user: str,
         idle_exit_s: float | None = 30.0,
         read_timeout_s: float = 5.0,
+        dynamic_uids: Path = DYNAMIC_UIDS,
     ) -> None:
+        self.dynamic_uids = dynamic_uids
         self._limiter = limiter
         self.allowed_user = allowed_user
         self.idle_exit_s = idle_exit_s
@@ -130,12 +141,12 @@ class PowerCapHelper:
     ) -> dict[str, Any]:
         sock = writer.get_extra_info("socket")
         peer = peer_of(sock)
-        user = peer.user()
-        if user != self.allowed_user:
+        users = peer.users(self.dynamic_uids)
+        if self.allowed_user not in users:
             log.warning(
                 "refused connection from uid %d (%s) pid %d: only %s may ask",
                 peer.uid,
-                user or "unknown user",
+                ", ".join(sorted(users)) or "no user name",
                 peer.pid,
                 self.allowed_user,
             )

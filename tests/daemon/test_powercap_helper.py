@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import getpass
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -29,13 +30,20 @@ class Served:
     client: HelperClient
 
 
-async def _serve(tmp_path: Path, allowed_user: str) -> AsyncIterator[Served]:
+async def _serve(
+    tmp_path: Path, allowed_user: str, dynamic_uids: Path | None = None
+) -> AsyncIterator[Served]:
     fake = fake_node(H100_SXM, count=2)
     fake.privileged = True
     path = tmp_path / "powercap.sock"
     sock = bound_socket(str(path))
     limiter = DirectNvmlLimiter(fake)
-    helper = PowerCapHelper(limiter, allowed_user=allowed_user, idle_exit_s=None)
+    helper = PowerCapHelper(
+        limiter,
+        allowed_user=allowed_user,
+        idle_exit_s=None,
+        dynamic_uids=dynamic_uids or tmp_path / "no-dynamic-uids",
+    )
     task = asyncio.create_task(helper.serve(sock))
     try:
         yield Served(fake, path, HelperClient(path, timeout_s=5.0))
@@ -116,6 +124,19 @@ async def test_power_cap_helper_refuses_a_peer_of_another_user(tmp_path: Path) -
         assert info.value.permanent
         assert s.fake.calls["nvmlDeviceSetPowerManagementLimit"] == 0
         assert s.fake.calls["nvmlInit"] == 0  # refused before NVML is touched
+
+
+@pytest.mark.parametrize(("recorded", "served_ok"), [("rackguard", True), ("intruder", False)])
+async def test_power_cap_helper_knows_a_dynamic_user_by_systemds_record(
+    tmp_path: Path, recorded: str, served_ok: bool
+) -> None:
+    """systemd's direct:<uid> -> <name> link names a DynamicUser that no passwd file has."""
+    dynamic = tmp_path / "dynamic-uid"
+    dynamic.mkdir()
+    (dynamic / f"direct:{os.getuid()}").symlink_to(recorded)
+    async for s in _serve(tmp_path, "rackguard", dynamic):
+        reply = await _raw(s.path, b'{"op":"limits"}\n')
+        assert reply["ok"] is served_ok, reply
 
 
 @pytest.mark.parametrize(
