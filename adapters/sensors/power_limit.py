@@ -290,7 +290,9 @@ class HelperClient:
                 reader, writer = await asyncio.open_unix_connection(where, limit=MAX_LINE_BYTES)
                 try:
                     writer.write(orjson.dumps(request) + b"\n")
-                    await writer.drain()
+                    # A refusal may come, and the helper hang up, before it reads a byte.
+                    with contextlib.suppress(ConnectionError):
+                        await writer.drain()
                     line = await reader.readline()
                 finally:
                     writer.close()
@@ -303,6 +305,10 @@ class HelperClient:
             raise PowerLimitError(
                 f"power-cap helper at {where} unreachable: {err}", permanent=False
             ) from err
+        if not line:
+            raise PowerLimitError(
+                f"power-cap helper at {where} hung up without an answer", permanent=False
+            )
         try:
             reply = orjson.loads(line)
         except orjson.JSONDecodeError as err:

@@ -9,14 +9,46 @@ from adapters.sensors.nvml import load_binding
 from adapters.sensors.power_limit import (
     DirectNvmlLimiter,
     DryRunLimiter,
+    GpuLimit,
     HelperClient,
     PowerLimiter,
 )
 from daemon.config import Config
 
 
-def build_limiter(config: Config, *, nvml: Any = None) -> PowerLimiter | None:
-    """None while [power_cap] is off; else its limiter, wrapped in DryRunLimiter when dry.
+class WatchedLimiter:
+    """A PowerLimiter that keeps the last limits it read or set, for /metrics and the API."""
+
+    def __init__(self, inner: PowerLimiter) -> None:
+        self.inner = inner
+        self._latest: dict[str, GpuLimit] = {}
+
+    async def limits(self) -> list[GpuLimit]:
+        """The inner limiter's limits, remembered."""
+        found = await self.inner.limits()
+        self._latest = {g.uuid: g for g in found}
+        return found
+
+    async def set_limit(self, uuid: str, watts: float) -> GpuLimit:
+        """Set through the inner limiter; the state after is remembered."""
+        after = await self.inner.set_limit(uuid, watts)
+        self._latest[uuid] = after
+        return after
+
+    async def close(self) -> None:
+        """Close the inner limiter."""
+        await self.inner.close()
+
+    def latest(self) -> list[GpuLimit]:
+        """The last limits seen, by GPU index (empty before the first read)."""
+        return sorted(self._latest.values(), key=lambda g: g.index)
+
+
+def build_limiter(config: Config, *, nvml: Any = None) -> WatchedLimiter | None:
+    """None while [power_cap] is off; else its limiter (DryRunLimiter inside when dry).
+
+    The result keeps the last limits it saw: ``PowerCapCollector(limiter.latest)``
+    (daemon/http/power_cap_metrics.py) exports them.
 
     ``nvml`` is the binding injected by the fakes (as for the NVML source); without
     it ``via = "direct"`` loads pynvml (SourceSetupError when it is not installed).
@@ -32,5 +64,5 @@ def build_limiter(config: Config, *, nvml: Any = None) -> PowerLimiter | None:
     else:
         limiter = DirectNvmlLimiter(nvml if nvml is not None else load_binding(), name="power-cap")
     if cap.effective_dry_run(config.policy.dry_run):
-        return DryRunLimiter(limiter)
-    return limiter
+        limiter = DryRunLimiter(limiter)
+    return WatchedLimiter(limiter)

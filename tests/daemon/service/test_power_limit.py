@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.sensors.power_limit import DirectNvmlLimiter, DryRunLimiter, HelperClient
 from daemon.cli import main
 from daemon.config import ConfigError, parse_config
+from daemon.http.power_cap_metrics import PowerCapCollector
 from daemon.service.power_limit import build_limiter
 from fakes.nvml import fake_node
 from tests.daemon.config.test_config import MINIMAL
@@ -26,8 +28,10 @@ def test_power_cap_builds_the_helper_client_from_the_config() -> None:
         "helper_timeout_s = 3\n"
     )
     limiter = build_limiter(cfg)
-    assert isinstance(limiter, HelperClient)
-    assert (limiter.socket_path, limiter.timeout_s) == (Path("/run/x/cap.sock"), 3.0)
+    assert limiter is not None
+    client = limiter.inner
+    assert isinstance(client, HelperClient)
+    assert (client.socket_path, client.timeout_s) == (Path("/run/x/cap.sock"), 3.0)
 
 
 @pytest.mark.parametrize(
@@ -46,11 +50,11 @@ async def test_power_cap_dry_run_follows_policy_unless_set(
     limiter = build_limiter(parse_config(text), nvml=fake)
     assert limiter is not None
     try:
-        assert isinstance(limiter, DryRunLimiter) is dry
+        assert isinstance(limiter.inner, DryRunLimiter) is dry
         await limiter.set_limit(fake.gpus[0].uuid, 300.0)
         assert fake.gpus[0].power_limit_w == (700.0 if dry else 300.0)
         if not dry:
-            assert isinstance(limiter, DirectNvmlLimiter)
+            assert isinstance(limiter.inner, DirectNvmlLimiter)
     finally:
         await limiter.close()
 
@@ -75,3 +79,33 @@ def test_power_cap_check_config_refuses_bad_keys(
     path.write_text(text)
     assert main(["check-config", str(path)]) == 2
     assert problem in capsys.readouterr().err
+
+
+async def test_power_cap_metrics_show_the_cap_and_its_range() -> None:
+    text = MINIMAL + '[power_cap]\nenabled = true\nvia = "direct"\ndry_run = false\n'
+    fake = fake_node(count=2)
+    fake.privileged = True
+    limiter = build_limiter(parse_config(text), nvml=fake)
+    assert limiter is not None
+    registry = CollectorRegistry()
+    registry.register(PowerCapCollector(limiter.latest))
+    try:
+        assert "rackguard_gpu_power_cap_watts{" not in generate_latest(registry).decode()
+        await limiter.limits()
+        await limiter.set_limit(fake.gpus[1].uuid, 320.0)
+        body = generate_latest(registry).decode()
+        assert f'rackguard_gpu_power_cap_watts{{gpu="1",uuid="{fake.gpus[1].uuid}"}} 320.0' in body
+        assert 'rackguard_gpu_power_cap_watts{gpu="0"' not in body  # at its default
+        assert (
+            f'rackguard_gpu_power_limit_default_watts{{gpu="0",uuid="{fake.gpus[0].uuid}"}} 700.0'
+            in body
+        )
+        assert (
+            f'rackguard_gpu_power_limit_min_watts{{gpu="0",uuid="{fake.gpus[0].uuid}"}} 200.0'
+            in body
+        )
+        fake.admin_set_limit(1, 700.0)  # an admin restores it: the next read shows no cap
+        await limiter.limits()
+        assert "rackguard_gpu_power_cap_watts{" not in generate_latest(registry).decode()
+    finally:
+        await limiter.close()
