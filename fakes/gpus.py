@@ -80,6 +80,13 @@ class FakeGpu:
         if self.power_limit_w <= 0:
             self.power_limit_w = self.enforced_limit_w()
 
+    def follow_enforced(self, watts: float) -> None:
+        """Take the enforced limit a simulator reports; one it changed is the new
+        power-management limit, as an admin's ``nvidia-smi -pl`` would set it."""
+        if watts != self.enforced_limit_w():
+            self.requested_limit_w = watts
+        self.power_limit_w = watts
+
     def enforced_limit_w(self) -> float:
         """What the board holds: the lowest of every actor's limit."""
         if self.external_limit_w is None:

@@ -32,10 +32,7 @@ def apply_node(snapshot: NodeSnapshot, gpus: list[FakeGpu]) -> None:
         fake.temperature_c = gs.temperature_c
         fake.memory_temperature_c = gs.memory_temperature_c
         fake.power_w = gs.power_w
-        if gs.power_limit_w != fake.enforced_limit_w():
-            # The scenario capped it (an admin's nvidia-smi -pl): NVML shows it as set.
-            fake.requested_limit_w = gs.power_limit_w
-        fake.power_limit_w = gs.power_limit_w
+        fake.follow_enforced(gs.power_limit_w)
         fake.clock_event_reasons = gs.clock_event_reasons
         if gs.dropped_out:
             fake.errors[TEMPERATURE_CALL] = pynvml.NVML_ERROR_UNKNOWN
