@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import platform
 import sys
@@ -263,6 +264,17 @@ def version_line() -> str:
     return f"rackguard {package_version()} (Python {platform.python_version()}, {policy})"
 
 
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds >= 0: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     p = argparse.ArgumentParser(
@@ -302,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     helper.add_argument(
         "--idle-exit-s",
-        type=float,
+        type=_seconds,
         default=30.0,
         help="exit after this long with no connection; 0 = never (default: 30)",
     )

@@ -93,8 +93,10 @@ class PowerCapHelper:
         allowed_user: str,
         idle_exit_s: float | None = 30.0,
         read_timeout_s: float = 5.0,
+        nvml_timeout_s: float = 8.0,
         dynamic_uids: Path = DYNAMIC_UIDS,
     ) -> None:
+        self.nvml_timeout_s = nvml_timeout_s
         self.dynamic_uids = dynamic_uids
         self._limiter = limiter
         self.allowed_user = allowed_user
@@ -154,7 +156,15 @@ class PowerCapHelper:
         try:
             request = await self._request(reader)
             async with self._lock:
-                return await self._carry_out(request, peer)
+                try:
+                    async with asyncio.timeout(self.nvml_timeout_s):
+                        return await self._carry_out(request, peer)
+                except TimeoutError as err:
+                    # The call is abandoned on NVML's thread; later ones fail at once
+                    # (busy) until it returns, and never queue behind it.
+                    raise Refused(
+                        f"NVML did not answer within {self.nvml_timeout_s:g} s", permanent=False
+                    ) from err
         except Refused as err:
             log.warning("refused request from pid %d: %s", peer.pid, err)
             return _refusal(err)

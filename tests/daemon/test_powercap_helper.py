@@ -239,3 +239,42 @@ def test_power_cap_helper_command_refuses_to_start_without_a_socket(
 ) -> None:
     assert main(["powercap-helper"], nvml=fake_node(count=1)) == 1
     assert "LISTEN_FDS" in capsys.readouterr().err
+
+
+async def test_power_cap_helper_hung_nvml_is_a_transient_refusal(tmp_path: Path) -> None:
+    fake = fake_node(H100_SXM, count=1)
+    fake.privileged = True
+    sock = bound_socket(str(tmp_path / "s.sock"))
+    limiter = DirectNvmlLimiter(fake)
+    helper = PowerCapHelper(
+        limiter, allowed_user=getpass.getuser(), idle_exit_s=None, nvml_timeout_s=0.2
+    )
+    serving = asyncio.create_task(helper.serve(sock))
+    client = HelperClient(tmp_path / "s.sock", timeout_s=5.0)
+    try:
+        assert len(await client.limits()) == 1
+        fake.gpus[0].delay_s = 1.0  # the driver hangs
+        for _ in range(2):  # the second finds NVML's thread still busy: no queueing
+            with pytest.raises(PowerLimitError) as info:
+                await client.set_limit(fake.gpus[0].uuid, 300.0)
+            assert not info.value.permanent
+        fake.gpus[0].delay_s = 0.0
+        await asyncio.sleep(1.2)  # the abandoned call returns
+        after = await client.set_limit(fake.gpus[0].uuid, 300.0)
+        assert after.requested_w == 300.0
+    finally:
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+        await limiter.close()
+        sock.close()
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "soon"])
+def test_power_cap_helper_command_refuses_a_bad_idle_time(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["powercap-helper", "--idle-exit-s", bad], nvml=fake_node(count=1))
+    assert exit_info.value.code == 2
+    assert f"--idle-exit-s: not a number of seconds >= 0: {bad!r}" in capsys.readouterr().err

@@ -183,7 +183,19 @@ def test_power_cap_real_systemd_security_score_is_what_the_docs_claim(
     out = container.run("systemd-analyze", "security", HELPER, "--no-pager").stdout
     m = re.search(r"Overall exposure level for rackguard-powercap\.service: ([\d.]+) (\w+)", out)
     assert m, out[-2000:]
+    print(f"systemd-analyze security {HELPER}: {m.group(1)} {m.group(2)}")
     assert float(m.group(1)) <= float(claimed), out[-3000:]
+    assert m.group(2) == "OK"
+    offline = container.run(
+        "systemd-analyze",
+        "security",
+        "--offline=true",
+        "--no-pager",
+        f"/etc/systemd/system/{HELPER}",
+        check=False,
+    ).stdout
+    m = re.search(r"Overall exposure level for rackguard-powercap\.service: ([\d.]+)", offline)
+    assert m and float(m.group(1)) <= float(claimed), offline[-3000:]
 
 
 def test_power_cap_real_systemd_helper_has_only_cap_sys_admin(container: Container) -> None:
