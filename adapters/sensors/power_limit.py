@@ -277,6 +277,8 @@ class HelperClient:
 
     async def set_limit(self, uuid: str, watts: float) -> GpuLimit:
         """Ask the helper to set one GPU's limit; its limits after the change."""
+        if not math.isfinite(watts):  # JSON has no NaN: it would arrive as null
+            raise PowerLimitError(f"watts must be finite, got {watts}", permanent=True)
         reply = await self._ask({"op": "set", "uuid": uuid, "watts": watts})
         return GpuLimit.from_json(reply.get("limit"))
 

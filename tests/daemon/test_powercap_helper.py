@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import getpass
 import logging
+import math
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -278,3 +279,13 @@ def test_power_cap_helper_command_refuses_a_bad_idle_time(
         main(["powercap-helper", "--idle-exit-s", bad], nvml=fake_node(count=1))
     assert exit_info.value.code == 2
     assert f"--idle-exit-s: not a number of seconds >= 0: {bad!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("watts", [math.nan, math.inf, -math.inf])
+async def test_power_cap_helper_client_refuses_non_finite_watts_itself(
+    served: Served, watts: float
+) -> None:
+    with pytest.raises(PowerLimitError, match="finite") as info:
+        await served.client.set_limit(served.fake.gpus[0].uuid, watts)
+    assert info.value.permanent
+    assert served.fake.calls["nvmlDeviceSetPowerManagementLimit"] == 0
