@@ -195,6 +195,7 @@ def _state_body(view: ServiceView, now: float) -> bodies.State:
             for s in view.sources()
         },
         series=[_series(view, r, now) for r in view.readings()],
+        scheduler=view.scheduler_state(),
     )
 
 

@@ -231,6 +231,12 @@ def _backlog_families(d: ServiceView) -> Iterator[Metric]:
         value=max(0.0, time.time() - oldest) if oldest is not None else 0.0,
     )
     yield GaugeMetricFamily(
+        "rackguard_delivery_undeliverable",
+        "Decisions still undelivered [scheduler] undeliverable_after_s after they were made"
+        " (each one makes /readyz not ready).",
+        value=len(d.undeliverable()),
+    )
+    yield GaugeMetricFamily(
         "rackguard_outbox_pending_retrying",
         "Pending decisions whose last delivery attempt failed.",
         value=sum(1 for p in pending if p.attempts > 0 and p.last_error),

@@ -14,7 +14,14 @@ from msgspec import UNSET
 
 from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Pending
-from daemon.http.bodies import LogItem, OutboxHealth, Overrides, PinEntry, Ready
+from daemon.http.bodies import (
+    LogItem,
+    OutboxHealth,
+    Overrides,
+    PinEntry,
+    Ready,
+    SchedulerState,
+)
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
 from policies.model import Reading
@@ -158,6 +165,24 @@ class ServiceView:
     def delivery_failures(self) -> dict[str, int]:
         """Failed delivery attempts by reason, since start."""
         return dict(self._deliverer.failures)
+
+    def undeliverable(self) -> list[Pending]:
+        """Decisions undelivered past ``[scheduler] undeliverable_after_s``, oldest first."""
+        return self._deliverer.undeliverable()
+
+    def scheduler_state(self) -> SchedulerState:
+        """This node's newest decision, its delivery, and the scheduler's state as read back."""
+        node = self.config.node.name
+        latest = self._decisions.latest(node)
+        seen = self._deliverer.read_back.get(node)
+        return SchedulerState(
+            intent=latest.decision.action if latest else None,
+            delivery=latest.status if latest else None,
+            attempts=latest.attempts if latest else 0,
+            last_error=latest.last_error if latest else "",
+            read_back=seen.state if seen else None,
+            read_back_at=seen.at if seen else None,
+        )
 
     @property
     def refusal(self) -> str:

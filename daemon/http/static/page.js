@@ -90,27 +90,94 @@ function renderRack(rack) {
   $("rack-detail").textContent = rack ? rack.detail || rack.condition : "no rack evidence (no PDU or CDU source)";
 }
 
-const seen = new Set();
+const clock = (t) =>
+  t === null || t === undefined
+    ? "–"
+    : new Date(t * 1000).toLocaleTimeString("en-GB", { hour12: false });
 
-function addDecision(d, prepend) {
-  const id = d.key || `${d.kind}-${d.id}`;
-  if (seen.has(id)) return;
-  seen.add(id);
-  const li = document.createElement("li");
-  li.dataset.action = d.action || "";
-  const when = new Date((d.at || Date.now() / 1000) * 1000).toLocaleTimeString();
-  const verb = d.kind === "override" ? `override ${d.action}` : d.action;
-  const b = document.createElement("b");
-  b.textContent = verb;
-  li.append(`${when} `, b, ` ${d.node || ""} — ${d.reason || (d.override && d.override.reason) || ""}`);
-  const list = $("timeline");
-  if (prepend) list.prepend(li); else list.append(li);
+// Where a logged decision's delivery stands, in words (its `delivery` in /v1/decisions).
+function deliveryText(dv) {
+  if (!dv) return "";
+  const tries = `${dv.attempts} attempt${dv.attempts === 1 ? "" : "s"}`;
+  if (dv.status === "confirmed") {
+    const how = dv.confirmed_by === "read_back" ? "confirmed by read-back" : "accepted by the scheduler";
+    return `${how} at ${clock(dv.done_at)}`;
+  }
+  if (dv.status === "pending") {
+    return dv.last_error ? `NOT DELIVERED: ${tries}, last error: ${dv.last_error}` : `pending (${tries})`;
+  }
+  if (dv.status === "failed") return `FAILED: ${dv.last_error || dv.outcome}`;
+  return `${dv.status}${dv.outcome ? `: ${dv.outcome}` : ""}`;
 }
+
+function renderTimeline(items) {
+  const list = $("timeline");
+  list.replaceChildren();
+  if (!items.length) {
+    const li = document.createElement("li");
+    li.className = "empty";
+    li.textContent = "No decisions yet: nothing was drained, excluded or resumed.";
+    list.append(li);
+    return;
+  }
+  for (const item of items) {
+    const d = { ...item, ...(item.decision || {}) };
+    const li = document.createElement("li");
+    li.dataset.action = item.action || "";
+    const verb = item.kind === "override" ? `override ${item.action}` : item.action;
+    const b = document.createElement("b");
+    b.textContent = verb;
+    li.append(`${clock(item.at)} `, b, ` ${item.node || ""} — ${d.reason || (item.override && item.override.reason) || ""}`);
+    if (item.delivery) {
+      const span = document.createElement("span");
+      span.className = "delivery";
+      span.dataset.status = item.delivery.status;
+      span.textContent = deliveryText(item.delivery);
+      li.append(" ", span);
+    }
+    list.append(li);
+  }
+}
+
+const ACTION_WORDS = { drain: "drained", exclude: "excluded", resume: "in service" };
+const INTENDED = { drain: "drained", exclude: "down", resume: "in service" };
 
 function renderAction(action) {
   const badge = $("action");
   badge.dataset.action = action;
-  badge.textContent = { drain: "drained", exclude: "excluded", resume: "in service" }[action] || action;
+  badge.textContent = ACTION_WORDS[action] || action;
+}
+
+// The scheduler's side beside rackguard's intent, shown only when they differ.
+function renderScheduler(s) {
+  const el = $("scheduler");
+  if (!s || !s.intent) {
+    el.hidden = true;
+    return;
+  }
+  renderAction(s.intent);
+  let text = "";
+  if (s.delivery === "pending") {
+    text = s.last_error ? `scheduler: not delivered (${s.attempts} attempts: ${s.last_error})` : "scheduler: delivering…";
+  } else if (s.delivery === "failed") {
+    text = `scheduler: delivery failed${s.last_error ? `: ${s.last_error}` : ""}`;
+  } else if (s.read_back !== null && !s.read_back.startsWith(INTENDED[s.intent])) {
+    text = `scheduler shows: ${s.read_back} (read back ${clock(s.read_back_at)})`;
+  }
+  el.dataset.delivery = s.delivery || "";
+  el.textContent = text;
+  el.hidden = !text;
+}
+
+function renderSources(sources) {
+  const list = $("sources");
+  list.replaceChildren();
+  for (const [name, s] of Object.entries(sources)) {
+    const li = document.createElement("li");
+    li.dataset.health = s.health;
+    li.textContent = `${name}: ${s.health}${s.last_error ? ` (${s.last_error})` : ""}`;
+    list.append(li);
+  }
 }
 
 async function refresh() {
@@ -118,13 +185,16 @@ async function refresh() {
   renderGpus(assess.gpus || []);
   renderRack(assess.rack);
   renderState(state);
+  $("simulated").hidden = !state.simulated;
+  renderSources(state.sources || {});
+  renderScheduler(state.scheduler);
 }
 
+// The log is re-read on every decision or delivery event: it holds each decision's delivery.
 async function loadTimeline() {
   const log = await getJson("v1/decisions?limit=50");
-  const items = log.items || [];
-  for (const item of items) addDecision({ ...item, ...(item.decision || {}) }, false);
-  const last = items.find((i) => i.kind === "decision");
+  renderTimeline(log.items || []);
+  const last = (log.items || []).find((i) => i.kind === "decision");
   if (last) renderAction(last.action);
 }
 
@@ -142,13 +212,19 @@ function listen() {
     document.body.dataset.events = String(Number(document.body.dataset.events) + 1);
     refresh().catch(() => {});
   };
+  const relog = () => loadTimeline().catch(() => {});
   events.addEventListener("decision", (e) => {
-    const d = JSON.parse(e.data);
-    addDecision(d, true);
-    renderAction(d.action);
+    renderAction(JSON.parse(e.data).action);
     bump();
+    relog();
   });
-  for (const kind of ["assessment", "delivery", "override"]) events.addEventListener(kind, bump);
+  for (const kind of ["delivery", "override"]) {
+    events.addEventListener(kind, () => {
+      bump();
+      relog();
+    });
+  }
+  events.addEventListener("assessment", bump);
 }
 
 async function main() {

@@ -6,6 +6,7 @@ out/node-page.png in the repository (git-ignored) so CI and a person can look at
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from fakes.scheduler import FakeWebhookScheduler
 from tests.support.browser import chromium_page
 from tests.support.daemon_harness import running_daemon
 from tests.support.paths import ROOT
+from tests.support.secrets import WEBHOOK_SECRET
 from tests.support.wait import wait_until
 
 ARTIFACT = ROOT / "out" / "node-page.png"
@@ -57,12 +59,50 @@ async def test_the_page_shows_the_hot_gpu_and_the_drain_live(
             assert cool == "ok"
             timeline = await page.evaluate("document.querySelector('#timeline').innerText")
             assert "drain" in timeline and "gpu-node-07" in timeline
+            # The webhook cannot read back: its answer confirms, and the page says which.
+            await page.wait_for("document.querySelector('.delivery[data-status=\"confirmed\"]')")
+            shown = await page.evaluate("document.querySelector('.delivery').innerText")
+            assert re.fullmatch(r"accepted by the scheduler at \d\d:\d\d:\d\d", shown), shown
+            await page.wait_for("document.querySelector('#scheduler').hidden")  # they agree
             png = await page.screenshot()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     shot = tmp_path / "node-page.png"
     shot.write_bytes(png)
     ARTIFACT.parent.mkdir(exist_ok=True)
     shutil.copyfile(shot, ARTIFACT)
+
+
+async def test_the_page_shows_a_drain_the_scheduler_never_got(
+    secret_file: Path, tmp_path: Path
+) -> None:
+    receiver = FakeWebhookScheduler(WEBHOOK_SECRET)
+    await receiver.start()
+    await receiver.stop()  # nothing listens there any more
+    nvml = fake_node()
+    async with running_daemon(nvml, receiver, secret_file) as daemon:
+        url = f"http://127.0.0.1:{daemon.api_port}/"
+        async with chromium_page(url, tmp_path / "profile") as page:
+            await page.wait_for("document.querySelector('#timeline .empty') !== null")
+            empty = await page.evaluate("document.querySelector('#timeline').innerText")
+            assert empty.startswith("No decisions yet")
+            sources = await page.evaluate("document.querySelector('#sources').innerText")
+            assert "gpus: up" in sources
+            await wait_until(lambda: daemon.events.subscriber_count > 0, what="the page's stream")
+            nvml.gpus[1].temperature_c = 86.0
+            await wait_until(
+                lambda: any(p.last_error for p in daemon.decisions.pending()), what="a failure"
+            )
+            await page.wait_for("document.querySelector('.delivery[data-status=\"pending\"]')")
+            await page.wait_for(
+                "document.querySelector('#scheduler').textContent"
+                ".startsWith('scheduler: not deliv')"
+            )
+            assert await page.evaluate("document.querySelector('#scheduler').hidden") is False
+            line = await page.evaluate("document.querySelector('#timeline li').innerText")
+            assert "drain" in line and "NOT DELIVERED" in line and "last error" in line
+            assert await page.evaluate("document.querySelector('#action').dataset.action") == (
+                "drain"
+            )
 
 
 async def test_the_page_is_served_from_the_package_read_only(
