@@ -25,7 +25,13 @@ from daemon.cli import run_async, stdout_gone
 from fakes.sim.decision_logs import LogError, Row, read_log
 from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import Scenario, ScenarioError, load_scenario
-from fakes.sim.scoring import DecisionScore, first_actions, first_crossing, onset
+from fakes.sim.scoring import (
+    DecisionScore,
+    first_actions,
+    first_crossing,
+    never_applied,
+    onset,
+)
 from fakes.sim.snmp_engine_agent import AUTH, PRIV, V3User
 from fakes.sim.trace_writer import WALL_EPOCH, scenario_readings, write_trace
 
@@ -106,8 +112,22 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
                 args.v3_priv_protocol,
             ),
         )
+    scheduler_host: str | None = None
+    scheduler_port = 0
+    secret = b""
+    if args.scheduler:
+        scheduler_host, scheduler_port = _address(args.scheduler, "scheduler")
+        if not args.webhook_key_file:
+            raise UsageError("--webhook-key-file is required with --scheduler")
+        # Stripped, as the daemon strips its secret_file before signing.
+        secret = _secret(args.webhook_key_file, "webhook-key-file", min_len=1).encode()
+    elif args.webhook_key_file:
+        raise UsageError("--webhook-key-file: only with --scheduler")
     return ServeOptions(
         state_dir=Path(args.state_dir),
+        scheduler_host=scheduler_host,
+        scheduler_port=scheduler_port,
+        webhook_secret=secret,
         speed=args.speed,
         seed=args.seed,
         pdu_host=pdu_host,
@@ -150,10 +170,15 @@ async def _serve(
             community_file,
         )
     )
+    staging = (
+        f"scheduler {harness.scheduler.url} (webhook), "
+        if harness.scheduler is not None
+        else "no scheduler (score judges the daemon's log only), "
+    )
     print(
         f"rackguard-sim: serving scenario {scenario.name} (x{args.speed:g}): "
         f"PDU snmp {options.pdu_host}:{harness.pdu.port} ({options.pdu_profile}), "
-        f"CDU {harness.cdu.url} ({harness.cdu.model}), control http://{args.control}; "
+        f"CDU {harness.cdu.url} ({harness.cdu.model}), {staging}control http://{args.control}; "
         f"GPUs and run record in {options.state_dir}; sources for a config in {sources}",
         flush=True,
     )
@@ -280,8 +305,26 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
         _, readings = scenario_readings(scenario, rack_sources=False)
         crossing_s = first_crossing(scenario, readings)
         onset_s = onset(scenario)
-    first = first_actions(((at - wall_start) * speed, node, action) for at, node, action in rows)
-    return DecisionScore(scenario.name, onset_s, crossing_s, first, scenario.expect.drained_nodes)
+    decided = [((at - wall_start) * speed, node, action) for at, node, action in rows]
+    scheduler = run.get("scheduler") if run is not None else None
+    if run is None or not isinstance(scheduler, dict):
+        judged = "the decision log" if run is None else "the daemon's decision log only"
+        if run is not None:  # serve ran without --scheduler: nothing saw what was applied
+            judged += " (serve ran no scheduler: what was applied is not known)"
+        first = first_actions(decided)
+        return DecisionScore(
+            scenario.name, onset_s, crossing_s, first, scenario.expect.drained_nodes, judged
+        )
+    applied = [(float(a["t"]), str(a["node"]), str(a["action"])) for a in run.get("applied", [])]
+    return DecisionScore(
+        scenario.name,
+        onset_s,
+        crossing_s,
+        first_actions(applied),
+        scenario.expect.drained_nodes,
+        f"what the scheduler at {scheduler.get('url')} applied",
+        tuple(never_applied(decided, applied)),
+    )
 
 
 def _read_run(path: str) -> dict[str, Any]:
@@ -385,6 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cdu-model", default="generic", choices=("generic", "tcd"))
     s.add_argument("--nodeset-dir", help="the OPC 40082-1 nodesets (for --cdu-model tcd)")
     s.add_argument("--control", default=DEFAULT_CONTROL, help="control API HOST:PORT (loopback)")
+    s.add_argument(
+        "--scheduler",
+        help="run the staging scheduler (a webhook receiver) at HOST:PORT; score judges what it"
+        " applied",
+    )
+    s.add_argument("--webhook-key-file", help="the webhook key the daemon signs with")
 
     n = sub.add_parser(
         "node", help="run a rackguard command on a simulated node's GPUs (the file serve writes)"

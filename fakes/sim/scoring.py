@@ -8,10 +8,15 @@ Shared by the bench's scenario table (bench/scoring.py) and `rackguard-sim score
 * drain: the first drain or exclusion of the last expected node to be acted on;
 * lead: crossing minus that drain (the worst node's);
 * false drains: nodes acted on that the scenario's ``[expect]`` does not list.
+
+When a scheduler recorded what it applied (``rackguard-sim serve --scheduler``)
+the drains are the ones it applied, and every decision of the daemon's log that
+it never applied fails the run (:func:`never_applied`).
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -47,6 +52,24 @@ def first_actions(decisions: Iterable[tuple[float, str, str]]) -> dict[str, floa
     return first
 
 
+def never_applied(
+    decided: Iterable[tuple[float, str, str]], applied: Iterable[tuple[float, str, str]]
+) -> list[tuple[float, str, str]]:
+    """The decisions (t, node, action) the scheduler has no record of applying, oldest first.
+
+    Matched by node and action: the n-th drain of a node is applied when the
+    scheduler applied at least n drains of it.
+    """
+    taken = collections.Counter((node, action) for _, node, action in applied)
+    seen: collections.Counter[tuple[str, str]] = collections.Counter()
+    missing = []
+    for t, node, action in sorted(decided):
+        seen[node, action] += 1
+        if seen[node, action] > taken[node, action]:
+            missing.append((t, node, action))
+    return missing
+
+
 @dataclass
 class DecisionScore:
     """What a run's decisions give against its ground truth (times in simulated seconds)."""
@@ -56,6 +79,9 @@ class DecisionScore:
     crossing_s: float | None
     first_action_s: Mapping[str, float]
     expected: tuple[str, ...]
+    judged_on: str = "the decision log"
+    # Decisions the daemon made that the scheduler never applied: (t, node, action).
+    unapplied: tuple[tuple[float, str, str], ...] = ()
 
     @property
     def false_drains(self) -> int:
@@ -84,8 +110,8 @@ class DecisionScore:
 
     @property
     def passed(self) -> bool:
-        """No false drain, every expected node acted on, and before any crossing."""
-        if self.false_drains or self.missed:
+        """Everything applied, no false drain, every expected node acted on, before any crossing."""
+        if self.false_drains or self.missed or self.unapplied:
             return False
         return self.lead_s is None or self.lead_s > 0
 
@@ -100,7 +126,7 @@ class DecisionScore:
             if self.crossing_s is not None and self.onset_s is not None
             else None
         )
-        out = [f"scenario {self.name}"]
+        out = [f"scenario {self.name}", f"  judged on {self.judged_on}"]
         out.append(f"  fault onset                        {fmt(self.onset_s)}")
         out.append(f"  first GPU at slowdown              {fmt(self.crossing_s)}")
         out.append(f"  warning window                     {fmt(window)}")
@@ -109,6 +135,8 @@ class DecisionScore:
             out.append(f"  {node} drained at {fmt(t)}{tag}")
         for node in self.missed:
             out.append(f"  {node} expected drained: NEVER")
+        for t, node, action in self.unapplied:
+            out.append(f"  {node} {action} decided at {fmt(t)}: NEVER REACHED A SCHEDULER")
         out.append(f"  last expected node drained at      {fmt(self.drain_s)}")
         out.append(f"  lead time (crossing - drain)       {fmt(self.lead_s)}  target > 0")
         out.append(f"  false drains                       {self.false_drains}  target 0")

@@ -17,8 +17,11 @@ from daemon.config import parse_config
 from daemon.service.sources import build_adapter
 from fakes.cdu_server import nodesets_available
 from fakes.gpus import H100_SXM, make_gpus
+from fakes.nvml import fake_node
 from fakes.sim import load_scenario
+from fakes.sim.cli import score
 from fakes.sim.control import start_control
+from fakes.sim.decision_logs import read_file
 from fakes.sim.faults import FAULTS, FaultError
 from fakes.sim.harness import Harness, ServeOptions
 from fakes.sim.served_gpus import (
@@ -30,6 +33,7 @@ from fakes.sim.served_gpus import (
 )
 from fakes.sim.snmp_engine_agent import V3User
 from policies.model import Quality, Reading, SensorKind
+from tests.support.daemon_harness import config_text, running
 from tests.support.paths import SHARED_DATA
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_for_result, wait_until
@@ -430,3 +434,89 @@ secret_file = "{tmp_path / "key"}"
     finally:
         await cdu.close()
         await h.stop()
+
+
+async def test_stopping_the_staging_scheduler_makes_readyz_degraded_and_the_score_fail(
+    tmp_path: Path,
+) -> None:
+    scenario_file = tmp_path / "one-node.toml"
+    scenario_file.write_text(
+        """
+name = "one-node"
+description = "The daemon's node, drained while the scheduler is down."
+duration_s = 600
+[rack]
+nodes = ["gpu-node-07"]
+gpus_per_node = 2
+[expect]
+drained_nodes = ["gpu-node-07"]
+"""
+    )
+    scenario = load_scenario(str(scenario_file))
+    key = tmp_path / "webhook.key"
+    write_secret(key, "staging-webhook-key\n")  # the newline is stripped on both sides
+    h = Harness(
+        scenario,
+        ServeOptions(
+            state_dir=tmp_path / "sim",
+            pdu_port=0,
+            cdu_port=0,
+            scheduler_host="127.0.0.1",
+            webhook_secret=b"staging-webhook-key",
+        ),
+    )
+    await h.start()
+    nvml = fake_node()
+    for g in nvml.gpus:
+        g.temperature_c = 50.0
+    assert h.scheduler is not None
+    text = config_text(h.scheduler.url, key, scheduler_extra="undeliverable_after_s = 0.5")
+    try:
+        async with running(text, nvml) as daemon, aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{daemon.api_port}"
+
+            async def logged() -> list[tuple[float, str, str]]:
+                async with http.get(f"{base}/v1/decisions") as resp:
+                    (tmp_path / "log.json").write_bytes(await resp.read())
+                return read_file(tmp_path / "log.json")
+
+            async def problems() -> list[str]:
+                async with http.get(f"{base}/readyz") as resp:
+                    body = await resp.json()
+                    assert (resp.status == 200) == body["ready"]
+                    return list(body["problems"])
+
+            assert await problems() == []
+            h.apply("scheduler_down", {})
+            await wait_until(lambda: not h.scheduler_up, what="the scheduler stopping")
+            nvml.gpus[1].temperature_c = 86.0
+            await wait_until(lambda: daemon.engine.state.action.value == "drain", what="drain")
+            found = await wait_for_result(problems, bool, what="/readyz naming the drain")
+            assert "gpu-node-07 drain (decision #1) undeliverable for" in found[0]
+
+            result = score(scenario, await logged(), h.run_record())
+            assert not result.passed
+            lines = "\n".join(result.lines())
+            assert "judged on what the scheduler at http://127.0.0.1:" in lines
+            assert "gpu-node-07 expected drained: NEVER" in lines
+            assert "gpu-node-07 drain decided at" in lines
+            assert "NEVER REACHED A SCHEDULER" in lines
+            assert lines.endswith("FAIL")
+
+            h.apply("scheduler_up", {})
+            await wait_until(lambda: h.applied, timeout=30, what="the drain applied")
+            assert [(a["node"], a["action"]) for a in h.applied] == [("gpu-node-07", "drain")]
+            result = score(scenario, await logged(), h.run_record())
+            assert result.passed and not result.unapplied, result.lines()
+            await wait_until(lambda: daemon.view.readiness().ready, what="ready again")
+    finally:
+        await h.stop()
+    run = orjson.loads((tmp_path / "sim" / "run.json").read_bytes())
+    assert run["applied"][0]["action"] == "drain" and run["scheduler"]["up"] is False
+    assert [f["fault"] for f in run["faults"]] == ["scheduler_down", "scheduler_up"]
+
+
+async def test_scheduler_faults_without_a_scheduler_say_how_to_get_one(harness: Harness) -> None:
+    with pytest.raises(FaultError, match=r"serve runs no scheduler \(start it with --scheduler\)"):
+        harness.apply("scheduler_down", {})
+    assert harness.run_record()["scheduler"] is None
