@@ -53,6 +53,7 @@ from daemon.service.runner import SourceRunner
 from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
 from daemon.service.steering import Steering, build_setting
+from daemon.service.throttle import ThrottleClock
 from daemon.status import StatusReporter
 from policies.model import Action, Decision, FaultDomain, Reading
 
@@ -96,6 +97,7 @@ class Daemon:
         self._rng = rng or random.Random()
         self.notifier = notifier or Notifier()
         self.store = StateStore()
+        self.throttle = ThrottleClock()
         self.recorder = (
             TraceRecorder(
                 Path(config.policy.record_trace),
@@ -170,6 +172,7 @@ class Daemon:
             simulated=nvml is not None or bool(adapters),
             cluster=lambda: self.fleet.status() if self.fleet is not None else None,
             notices=self.notices,
+            throttle=self.throttle,
         )
         self.metrics = Metrics(self.view)
         lister = self.backend.lister() if self.backend is not None else None
@@ -247,6 +250,7 @@ class Daemon:
 
     def _on_readings(self, source: str, readings: Sequence[Reading]) -> None:
         self.store.update(source, readings)
+        self.throttle.observe(readings)
         if self.leader is not None:
             self.leader.on_readings(source, readings)
         if self.recorder is not None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from daemon.service.engine import PolicyEngine
     from daemon.service.runner import SourceRunner
     from daemon.service.state import StateStore
+    from daemon.service.throttle import ThrottleClock
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class ServiceView:
         simulated: bool,
         cluster: Callable[[], ClusterStatus | None] = lambda: None,
         notices: JobNotices | None = None,
+        throttle: ThrottleClock | None = None,
     ) -> None:
         self._config = config
         self._runners = runners
@@ -81,6 +83,7 @@ class ServiceView:
         self.simulated = simulated
         self._cluster = cluster
         self.notices = notices  # None where the scheduler has no job notices
+        self._throttle = throttle
 
     @property
     def config(self) -> Config:
@@ -139,6 +142,10 @@ class ServiceView:
             )
             for r in self._runners()
         ]
+
+    def throttled_seconds(self) -> dict[tuple[str, str, str], float]:
+        """(gpu, uuid, reason) -> seconds the GPU's clocks were cut for that reason."""
+        return dict(self._throttle.seconds) if self._throttle is not None else {}
 
     def pending(self) -> list[Pending]:
         """Decisions waiting for the scheduler, oldest first."""

@@ -31,6 +31,7 @@ from fakes.sim.scoring import (
     first_crossing,
     never_applied,
     onset,
+    throttled_in_service,
 )
 from fakes.sim.snmp_engine_agent import AUTH, PRIV, V3User
 from fakes.sim.trace_writer import WALL_EPOCH, scenario_readings, write_trace
@@ -302,7 +303,8 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
         onset_s = min(starts) if starts else None
     else:  # the trace writer's clock: wall = WALL_EPOCH + t
         wall_start, speed = WALL_EPOCH, 1.0
-        _, readings = scenario_readings(scenario, rack_sources=False)
+        _, trace = scenario_readings(scenario, rack_sources=False)
+        readings = list(trace)
         crossing_s = first_crossing(scenario, readings)
         onset_s = onset(scenario)
     decided = [((at - wall_start) * speed, node, action) for at, node, action in rows]
@@ -312,9 +314,12 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
         if run is not None:  # serve ran without --scheduler: nothing saw what was applied
             judged += " (serve ran no scheduler: what was applied is not known)"
         first = first_actions(decided)
-        return DecisionScore(
+        result = DecisionScore(
             scenario.name, onset_s, crossing_s, first, scenario.expect.drained_nodes, judged
         )
+        if run is None:
+            result.throttled_gpu_s = throttled_in_service(scenario, readings, first)
+        return result
     applied = [(float(a["t"]), str(a["node"]), str(a["action"])) for a in run.get("applied", [])]
     return DecisionScore(
         scenario.name,
@@ -324,6 +329,7 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
         scenario.expect.drained_nodes,
         f"what the scheduler at {scheduler.get('url')} applied",
         tuple(never_applied(decided, applied)),
+        run.get("throttled_gpu_seconds_in_service"),
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import orjson
 
+from daemon.service.throttle import THROTTLE_MASK
 from fakes.cdu_server import DEFAULT_NODESET_DIR, FakeCduServer, nodesets_available
 from fakes.scheduler import FakeWebhookScheduler, Received
 from fakes.sim.faults import FaultError, FaultSpec, Target, parse_fault
@@ -112,6 +113,9 @@ class Harness:
         self.scheduler_up = False
         self._scheduler_port = options.scheduler_port
         self.applied: list[dict[str, Any]] = []
+        # GPU-seconds throttled (heat or power brake) on nodes the scheduler has not
+        # taken out of service (all nodes when serve runs no scheduler).
+        self.throttled_s = 0.0
         self.stuck: dict[tuple[str, int], float] = {}
         self.history: list[dict[str, Any]] = []
         self.first_crossing: dict[str, Any] | None = None
@@ -176,10 +180,22 @@ class Harness:
         while True:
             target = self._target_t()
             if target > self.rack.t:
+                self._count_throttled(target - self.rack.t)
                 self.rack.advance(target - self.rack.t)
                 self._check_crossing()
                 self._publish_gpus_logged()
             await asyncio.sleep(STEP_WALL_S)
+
+    def _count_throttled(self, dt: float) -> None:
+        """Charge ``dt`` to every GPU throttled now on a node still in service."""
+        out: set[str] = set()
+        for a in self.applied:
+            (out.discard if a["action"] == "resume" else out.add)(a["node"])
+        for node in self.rack.snapshot.nodes:
+            if node.name not in out:
+                self.throttled_s += dt * sum(
+                    1 for g in node.gpus if g.clock_event_reasons & THROTTLE_MASK
+                )
 
     async def stop(self) -> None:
         """Close every endpoint (the state files stay for scoring)."""
@@ -275,6 +291,7 @@ class Harness:
                 "rejected_signatures": self.scheduler.rejected_signatures,
             },
             "applied": list(self.applied),
+            "throttled_gpu_seconds_in_service": round(self.throttled_s, 3),
         }
 
     def _write_run(self) -> None:

@@ -7,7 +7,10 @@ Shared by the bench's scenario table (bench/scoring.py) and `rackguard-sim score
 * crossing: the first GPU reading at or above its slowdown temperature;
 * drain: the first drain or exclusion of the last expected node to be acted on;
 * lead: crossing minus that drain (the worst node's);
-* false drains: nodes acted on that the scenario's ``[expect]`` does not list.
+* false drains: nodes acted on that the scenario's ``[expect]`` does not list;
+* throttled GPU-seconds in service: how long GPUs ran throttled (heat or power
+  brake) on nodes not yet drained — work slowed that rackguard exists to spare.
+  The outcome number; target 0.
 
 When a scheduler recorded what it applied (``rackguard-sim serve --scheduler``)
 the drains are the ones it applied, and every decision of the daemon's log that
@@ -17,6 +20,7 @@ it never applied fails the run (:func:`never_applied`).
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -41,6 +45,27 @@ def first_crossing(scenario: Scenario, readings: Iterable[Reading]) -> float | N
         if r.kind is SensorKind.GPU_TEMPERATURE and r.usable and hot:
             return r.mono
     return None
+
+
+def throttled_in_service(
+    scenario: Scenario, readings: Iterable[Reading], first_action: Mapping[str, float]
+) -> float:
+    """GPU-seconds at or above slowdown (the simulator's thermal slowdown) before each
+    node's first drain, from a trace's GPU temperatures (each counts until the next)."""
+    slowdown = scenario.rack.model.slowdown_c
+    last: dict[tuple[str, str], tuple[float, bool]] = {}
+    total = 0.0
+    for r in readings:
+        if r.kind is not SensorKind.GPU_TEMPERATURE:
+            continue
+        node = r.labels.get("node", "")
+        gpu = (node, r.labels.get("gpu", r.sensor))
+        hot = r.usable and r.value is not None and r.value >= slowdown
+        before = last.get(gpu)
+        if before is not None and before[1] and before[0] < first_action.get(node, math.inf):
+            total += max(0.0, min(r.mono, first_action.get(node, math.inf)) - before[0])
+        last[gpu] = (r.mono, hot)
+    return total
 
 
 def first_actions(decisions: Iterable[tuple[float, str, str]]) -> dict[str, float]:
@@ -82,6 +107,8 @@ class DecisionScore:
     judged_on: str = "the decision log"
     # Decisions the daemon made that the scheduler never applied: (t, node, action).
     unapplied: tuple[tuple[float, str, str], ...] = ()
+    # GPU-seconds throttled on nodes still in service (None: not measured).
+    throttled_gpu_s: float | None = None
 
     @property
     def false_drains(self) -> int:
@@ -140,5 +167,7 @@ class DecisionScore:
         out.append(f"  last expected node drained at      {fmt(self.drain_s)}")
         out.append(f"  lead time (crossing - drain)       {fmt(self.lead_s)}  target > 0")
         out.append(f"  false drains                       {self.false_drains}  target 0")
+        if self.throttled_gpu_s is not None:
+            out.append(f"  throttled GPU-seconds in service   {self.throttled_gpu_s:.0f}  target 0")
         out.append(f"  outcome                            {'PASS' if self.passed else 'FAIL'}")
         return out
