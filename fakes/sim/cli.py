@@ -304,9 +304,22 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
     else:  # the trace writer's clock: wall = WALL_EPOCH + t
         wall_start, speed = WALL_EPOCH, 1.0
         _, trace = scenario_readings(scenario, rack_sources=False)
-        readings = list(trace)
-        crossing_s = first_crossing(scenario, readings)
+        crossing_s = first_crossing(scenario, trace)
         onset_s = onset(scenario)
+    result = _judge(scenario, rows, run, wall_start, speed, onset_s, crossing_s)
+    result.invalid = str(run.get("invalid") or "") if run is not None else ""
+    return result
+
+
+def _judge(
+    scenario: Scenario,
+    rows: list[Row],
+    run: dict[str, Any] | None,
+    wall_start: float,
+    speed: float,
+    onset_s: float | None,
+    crossing_s: float | None,
+) -> DecisionScore:
     decided = [((at - wall_start) * speed, node, action) for at, node, action in rows]
     scheduler = run.get("scheduler") if run is not None else None
     if run is None or not isinstance(scheduler, dict):
@@ -318,7 +331,8 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
             scenario.name, onset_s, crossing_s, first, scenario.expect.drained_nodes, judged
         )
         if run is None:
-            result.throttled_gpu_s = throttled_in_service(scenario, readings, first)
+            _, trace = scenario_readings(scenario, rack_sources=False)
+            result.throttled_gpu_s = throttled_in_service(scenario, trace, first)
         return result
     applied = [(float(a["t"]), str(a["node"]), str(a["action"])) for a in run.get("applied", [])]
     return DecisionScore(
@@ -383,14 +397,18 @@ def cmd_trace(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     """Validate a scenario file and say what it holds."""
     sc = load_scenario(args.scenario)
     expect = ", ".join(sc.expect.drained_nodes) or "none"
     print(
         f"{args.scenario}: ok: scenario {sc.name}, {sc.duration_s:g} s, "
-        f"{len(sc.rack.nodes)} nodes x {sc.rack.gpus_per_node} {sc.rack.gpu_model}, "
-        f"{len(sc.events)} events; expected drained: {expect}",
+        f"{_count(len(sc.rack.nodes), 'node')} x {sc.rack.gpus_per_node} {sc.rack.gpu_model}, "
+        f"{_count(len(sc.events), 'event')}; expected drained: {expect}",
         file=out,
     )
     return 0

@@ -32,9 +32,11 @@ from daemon.service.throttle import THROTTLE_MASK
 from fakes.cdu_server import DEFAULT_NODESET_DIR, FakeCduServer, nodesets_available
 from fakes.scheduler import FakeWebhookScheduler, Received
 from fakes.sim.faults import FaultError, FaultSpec, Target, parse_fault
+from fakes.sim.load import LoadWatch
 from fakes.sim.nvml_bridge import SimulatedRack
 from fakes.sim.pdu_layouts import LAYOUTS
 from fakes.sim.scenario import Scenario, ScenarioError
+from fakes.sim.scoring import LOAD_EVENTS
 from fakes.sim.served_gpus import encode_node, node_file, write_atomic
 from fakes.sim.snmp_engine_agent import EngineAgent, Mode, V3User
 
@@ -116,6 +118,7 @@ class Harness:
         # GPU-seconds throttled (heat or power brake) on nodes the scheduler has not
         # taken out of service (all nodes when serve runs no scheduler).
         self.throttled_s = 0.0
+        self.load = LoadWatch(options.speed, self._invalid)
         self.stuck: dict[tuple[str, int], float] = {}
         self.history: list[dict[str, Any]] = []
         self.first_crossing: dict[str, Any] | None = None
@@ -184,7 +187,13 @@ class Harness:
                 self.rack.advance(target - self.rack.t)
                 self._check_crossing()
                 self._publish_gpus_logged()
+            self.load.before_sleep()
             await asyncio.sleep(STEP_WALL_S)
+            self.load.after_sleep(STEP_WALL_S)
+
+    def _invalid(self, message: str) -> None:
+        log.warning("%s", message)
+        self._write_run()
 
     def _count_throttled(self, dt: float) -> None:
         """Charge ``dt`` to every GPU throttled now on a node still in service."""
@@ -279,7 +288,7 @@ class Harness:
             "speed": self.options.speed,
             "wall_start": self.wall_start,
             "t": self.rack.t,
-            "faults": list(self.history),
+            "faults": [*self._timeline_faults(), *self.history],
             "first_crossing": self.first_crossing,
             "endpoints": self.endpoints(),
             # null: serve ran without a scheduler, so nothing records what was applied.
@@ -292,7 +301,28 @@ class Harness:
             },
             "applied": list(self.applied),
             "throttled_gpu_seconds_in_service": round(self.throttled_s, 3),
+            # Why this host could not keep the speed (the result is not valid), or null.
+            "invalid": self.load.invalid or None,
         }
+
+    def _timeline_faults(self) -> list[dict[str, Any]]:
+        """The scenario's own faults (not job starts, stops or power caps) played so far."""
+        return [
+            {
+                "t": e.at_s,
+                "wall": self.wall_start + e.at_s / self.options.speed,
+                "fault": e.kind.value,
+                "target": "simulator",
+                "source": "timeline",
+                "params": {
+                    "target": e.target,
+                    **({"gpu": e.gpu} if e.gpu is not None else {}),
+                    **dict(e.params),
+                },
+            }
+            for e in self.scenario.events
+            if e.kind not in LOAD_EVENTS and e.at_s <= self.rack.t
+        ]
 
     def _write_run(self) -> None:
         path = self.options.state_dir / "run.json"

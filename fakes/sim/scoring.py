@@ -109,6 +109,7 @@ class DecisionScore:
     unapplied: tuple[tuple[float, str, str], ...] = ()
     # GPU-seconds throttled on nodes still in service (None: not measured).
     throttled_gpu_s: float | None = None
+    invalid: str = ""  # why the run's host could not keep its speed ("" when it did)
 
     @property
     def false_drains(self) -> int:
@@ -138,7 +139,7 @@ class DecisionScore:
     @property
     def passed(self) -> bool:
         """Everything applied, no false drain, every expected node acted on, before any crossing."""
-        if self.false_drains or self.missed or self.unapplied:
+        if self.false_drains or self.missed or self.unapplied or self.invalid:
             return False
         return self.lead_s is None or self.lead_s > 0
 
@@ -154,6 +155,8 @@ class DecisionScore:
             else None
         )
         out = [f"scenario {self.name}", f"  judged on {self.judged_on}"]
+        if self.invalid:
+            out.append(f"  run INVALID: {self.invalid}; lower --speed")
         out.append(f"  fault onset                        {fmt(self.onset_s)}")
         out.append(f"  first GPU at slowdown              {fmt(self.crossing_s)}")
         out.append(f"  warning window                     {fmt(window)}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from fakes.sim.control import start_control
 from fakes.sim.decision_logs import read_file
 from fakes.sim.faults import FAULTS, FaultError
 from fakes.sim.harness import Harness, ServeOptions
+from fakes.sim.load import poll_timeout_note
 from fakes.sim.served_gpus import (
     STALE_AFTER_S,
     ServedNvml,
@@ -520,3 +523,76 @@ async def test_scheduler_faults_without_a_scheduler_say_how_to_get_one(harness: 
     with pytest.raises(FaultError, match=r"serve runs no scheduler \(start it with --scheduler\)"):
         harness.apply("scheduler_down", {})
     assert harness.run_record()["scheduler"] is None
+
+
+async def test_a_host_that_cannot_keep_the_speed_invalidates_the_run_and_its_score(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    scenario = load_scenario(str(_scenario(tmp_path)))
+    options = ServeOptions(state_dir=tmp_path / "sim", speed=20.0, pdu_port=0, cdu_port=0)
+    h = Harness(scenario, options)
+    await h.start()
+    runner = asyncio.create_task(h.run())
+    try:
+        await asyncio.sleep(0.3)
+        time.sleep(0.6)  # noqa: ASYNC251 - the point: a stalled loop, 12 simulated seconds
+        await wait_until(lambda: h.load.invalid, what="the stall noticed")
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await h.stop()
+    assert h.load.invalid.startswith("the event loop lagged ")
+    assert h.load.invalid.endswith("(bound 0.25 s at x20): this host cannot keep x20")
+    assert "INVALID RUN: " in caplog.text  # said at once
+    run = orjson.loads((tmp_path / "sim" / "run.json").read_bytes())
+    assert run["invalid"] == h.load.invalid
+    result = score(scenario, [], run)
+    assert not result.passed
+    assert f"  run INVALID: {h.load.invalid}; lower --speed" in result.lines()
+
+
+def test_a_speed_past_what_a_host_meets_is_named_before_the_run() -> None:
+    assert poll_timeout_note(10.0) == ""  # 0.08 s timeouts
+    note = poll_timeout_note(40.0)
+    assert note.startswith("x40 gives the agents GPU poll timeouts of 0.020 s, below the 0.05 s")
+    assert "(x16 or less is safe)" in note
+
+
+async def test_the_run_record_lists_the_timelines_faults_beside_the_ones_played_by_hand(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "pump.toml"
+    path.write_text(
+        """
+name = "pump"
+description = "The pump fails at once."
+duration_s = 600
+[rack]
+nodes = ["a-01"]
+gpus_per_node = 1
+[[events]]
+at_s = 0
+kind = "job_start"
+target = "rack"
+[[events]]
+at_s = 0
+kind = "pump_fail"
+[[events]]
+at_s = 500
+kind = "pump_restore"
+[expect]
+"""
+    )
+    h = Harness(load_scenario(str(path)), ServeOptions(tmp_path / "sim", pdu_port=0, cdu_port=0))
+    await h.start()
+    try:
+        h.apply("pdu_garbage", {})
+        faults = h.run_record()["faults"]
+    finally:
+        await h.stop()
+    # The job start is load, not a fault; the restore at 500 s has not happened yet.
+    assert [(f["fault"], f.get("source")) for f in faults] == [
+        ("pump_fail", "timeline"),
+        ("pdu_garbage", None),
+    ]
+    assert faults[0]["t"] == 0.0 and faults[0]["params"]["target"] == "cdu"
