@@ -64,6 +64,19 @@ async def test_the_page_shows_the_hot_gpu_and_the_drain_live(
             shown = await page.evaluate("document.querySelector('.delivery').innerText")
             assert re.fullmatch(r"accepted by the scheduler at \d\d:\d\d:\d\d", shown), shown
             await page.wait_for("document.querySelector('#scheduler').hidden")  # they agree
+            # A chart per GPU: its temperature, the slowdown line, the forecast, the drain.
+            assert await page.evaluate("document.querySelectorAll('#charts figure').length") == 8
+            hot_chart = '#charts figure[data-gpu="gpu6"]'
+            await page.wait_for(f"document.querySelector('{hot_chart} line.decision') !== null")
+            for part in ("polyline.temp", "line.slowdown", "text.label"):
+                assert await page.evaluate(f"!!document.querySelector('{hot_chart} {part}')"), part
+            label = await page.evaluate(f"document.querySelector('{hot_chart} text').textContent")
+            assert label == "slowdown 90 °C"
+            units = await page.evaluate(
+                "[humane(39.94, 'liters_per_minute'), humane(1.0, 'bool'), humane(0, 'bool'),"
+                " humane(151.2, 'kilopascals'), humane(2400, 'rpm')]"
+            )
+            assert units == ["39.9 L/min", "on", "off", "151.2 kPa", "2400 rpm"]
             png = await page.screenshot()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     shot = tmp_path / "node-page.png"
