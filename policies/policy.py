@@ -301,7 +301,7 @@ class GpuView:
         # printf-style, which formats the same floats to the same text as an f-string at
         # about two thirds of the cost (interpreted or compiled; mypyc makes an f-string a
         # str.format call).
-        words = ["%.0fC, %.1fC below slowdown %.0fC" % (temp, margin, slow)]  # noqa: UP031
+        words = ["%.0fC, %s slowdown %.0fC" % (temp, _below(margin), slow)]  # noqa: UP031
         if self.trend_per_min is not None:
             words.append("%+.1fC/min" % self.trend_per_min)  # noqa: UP031
         fast = self.fast_heating_c_per_s
@@ -309,7 +309,7 @@ class GpuView:
             words.append("heating %+.0fC/min at flat power" % (fast * 60))
         full = self.full_load_margin
         if full is not None and full < s.exit_margin_c:
-            words.append("%.1fC below slowdown at full power" % full)  # noqa: UP031
+            words.append("%s slowdown at full power" % _below(full))  # noqa: UP031
         ttt = self.ttt
         if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
             late_w = _minutes(ttt.late_s) if ttt.late_s is not None else "never"
@@ -906,7 +906,7 @@ class Policy:
         more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
         reason = (
             f"{REASON_PREFIX} {worst.subject} would be "
-            f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
+            f"{_below(worst.full_load_margin or 0.0)} slowdown at full power{more}{why}"
         )
         return Verdict(_WARNING, False, domain, reason)
 
@@ -978,6 +978,13 @@ _SHOWN: Final = (Condition.WARNING, Condition.CRITICAL, Condition.UNKNOWN)
 
 def _order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+def _below(margin: float) -> str:
+    """``2.0C below`` or, past the threshold, ``2.0C above`` (never "-2.0C below")."""
+    if margin < 0:
+        return "%.1fC above" % -margin
+    return "%.1fC below" % margin  # noqa: UP031
 
 
 def _minutes(seconds: float) -> str:
