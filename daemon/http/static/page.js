@@ -268,6 +268,10 @@ function renderSources(sources) {
 
 async function refresh() {
   const [assess, state] = await Promise.all([getJson("v1/assessments"), getJson("v1/state")]);
+  show(assess, state);
+}
+
+function show(assess, state) {
   renderGpus(assess.gpus || []);
   const now = Date.now() / 1000;
   remember(assess.gpus || [], assess.at || now);
@@ -281,7 +285,10 @@ async function refresh() {
 
 // The log is re-read on every decision or delivery event: it holds each decision's delivery.
 async function loadTimeline() {
-  const log = await getJson("v1/decisions?limit=50");
+  showLog(await getJson("v1/decisions?limit=50"));
+}
+
+function showLog(log) {
   renderTimeline(log.items || []);
   DECISION_TIMES = (log.items || []).filter((i) => i.kind === "decision").map((i) => i.at);
   const last = (log.items || []).find((i) => i.kind === "decision");
@@ -318,6 +325,13 @@ function listen() {
 }
 
 async function main() {
+  // The data the page was served with: drawn before the load event, no round trip.
+  const initial = document.getElementById("initial");
+  if (initial) {
+    const data = JSON.parse(initial.textContent);
+    showLog(data.decisions);
+    show(data.assessments, data.state);
+  }
   listen();
   await Promise.all([refresh(), loadTimeline()]).catch((err) => {
     $("live").textContent = String(err);

@@ -6,6 +6,7 @@ out/node-page.png in the repository (git-ignored) so CI and a person can look at
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.support.browser import chromium_page
 from tests.support.daemon_harness import running_daemon
 from tests.support.paths import ROOT
 from tests.support.secrets import WEBHOOK_SECRET
+from tests.support.tools import require
 from tests.support.wait import wait_until
 
 ARTIFACT = ROOT / "out" / "node-page.png"
@@ -116,6 +118,48 @@ async def test_the_page_shows_a_drain_the_scheduler_never_got(
             assert await page.evaluate("document.querySelector('#action').dataset.action") == (
                 "drain"
             )
+
+
+async def _chromium_cli(*args: str) -> bytes:
+    """Plain headless Chromium, as FIELD-NOTES.md runs it: no DevTools, no waiting flags."""
+    proc = await asyncio.create_subprocess_exec(
+        require("chromium"),
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0
+    return out
+
+
+async def test_the_page_shows_data_at_load_to_a_plain_chromium_screenshot(
+    receiver: FakeWebhookScheduler, secret_file: Path, tmp_path: Path
+) -> None:
+    nvml = fake_node()
+    for g in nvml.gpus:
+        g.temperature_c = 50.0
+    nvml.gpus[5].temperature_c = 86.0
+    async with running_daemon(nvml, receiver, secret_file) as daemon:
+        await wait_until(lambda: receiver.node_state.get("gpu-node-07") == "drained")
+        await wait_until(lambda: not daemon.decisions.pending(), what="the drain confirmed")
+        url = f"http://127.0.0.1:{daemon.api_port}/"
+        # What Chromium holds at its load event, with no --virtual-time-budget:
+        # the data came with the page, not from a fetch after it.
+        dom = (await _chromium_cli("--dump-dom", url)).decode()
+        shot = tmp_path / "node-page-at-load.png"
+        await _chromium_cli(f"--screenshot={shot}", url)
+    assert 'data-gpu="5" data-condition="warning"' in dom
+    assert "86.0 °C" in dom and dom.count("<figure") == 8 and 'class="slowdown"' in dom
+    assert 'data-status="confirmed"' in dom and "accepted by the scheduler at " in dom
+    assert 'id="simulated" class="simulated">' in dom  # the banner shown (not hidden)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(shot, ROOT / "out" / "node-page-at-load.png")
 
 
 async def test_the_page_is_served_from_the_package_read_only(
