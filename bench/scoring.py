@@ -9,6 +9,8 @@ readings, the same policy evaluating every node once a second):
 * lead: crossing minus that drain (the worst node's), and as a multiple of the
   configured lead time (target 1x-2x for slow events; before the crossing for fast ones);
 * false drains: nodes acted on that the scenario's ``[expect]`` does not list;
+* throttled GPU-seconds in service: GPU-seconds at or above slowdown before the
+  node's drain (fakes/sim/scoring.py): the outcome rackguard exists to keep at 0;
 * forecast MAE at 60 s and 300 s of the policy's own forecasters against
   persistence (the last bucket mean), over the slow signals: GPU thermal margin,
   inlet air, coolant supply temperature and flow. A forecast is made at each
@@ -32,7 +34,7 @@ from types import MappingProxyType
 
 from bench.report import Row
 from fakes.sim import list_scenarios, load_scenario
-from fakes.sim.scoring import DecisionScore, first_crossing, onset
+from fakes.sim.scoring import DecisionScore, first_crossing, onset, throttled_in_service
 from fakes.sim.trace_writer import scenario_readings
 from policies.kernel.buckets import BucketWindow
 from policies.model import Action, Quality, Reading, SensorKind
@@ -159,6 +161,7 @@ def score_scenario(name: str, settings: PolicySettings) -> ScenarioScore:
     score.out_at_end = frozenset(out)
     score.resumed_expected = sc.expect.resumed_nodes
     score.errors = forecast_errors(header, readings_list, settings)
+    score.throttled_gpu_s = throttled_in_service(sc, readings_list, first)
     return score
 
 
@@ -359,6 +362,9 @@ def measure(settings: PolicySettings | None = None) -> list[Row]:
                 ok=sc.false_drains == 0,
             )
         )
+        if sc.throttled_gpu_s is not None:
+            label = f"{name}: throttled GPU-seconds in service (before the drain)"
+            rows.append(Row(label, sc.throttled_gpu_s, "GPU-s", target="0"))
         if sc.resumed_expected:
             missing = sc.resumed_missing
             label = f"{name}: expected resumes still out at the end"

@@ -32,7 +32,7 @@ from daemon.config.sources import SourceTiming
 from daemon.delivery.database import OutboxBusy, OutboxRefused
 from daemon.delivery.deliverer import Deliverer
 from daemon.delivery.notices import JobNotices
-from daemon.delivery.outbox import DecisionStore, Status
+from daemon.delivery.outbox import DecisionStore, Row, Status
 from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_backend, build_job_notices
@@ -53,6 +53,7 @@ from daemon.service.runner import SourceRunner
 from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
 from daemon.service.steering import Steering, build_setting
+from daemon.service.throttle import ThrottleClock
 from daemon.status import StatusReporter
 from policies.model import Action, Decision, FaultDomain, Reading
 
@@ -96,6 +97,7 @@ class Daemon:
         self._rng = rng or random.Random()
         self.notifier = notifier or Notifier()
         self.store = StateStore()
+        self.throttle = ThrottleClock()
         self.recorder = (
             TraceRecorder(
                 Path(config.policy.record_trace),
@@ -131,6 +133,7 @@ class Daemon:
             retry_initial_s=sched.retry_initial_s if sched else 1.0,
             retry_max_s=sched.retry_max_s if sched else 60.0,
             rng=self._rng,
+            undeliverable_after_s=sched.undeliverable_after_s if sched else 120.0,
         )
         notices = build_job_notices(sched, config.policy.lead_time_s, self.backend)
         self.notices = JobNotices(self.decisions, *notices) if notices else None
@@ -151,6 +154,7 @@ class Daemon:
         self.restore_from_outbox(only_out_of_service=True)
         self.deliverer.on_settled = self._on_settled
         self.events = EventHub()
+        self.deliverer.on_progress = self._on_progress
         if self.notices is not None:
             self.notices.on_change = lambda n: self.events.publish("notice", Notice.of(n))
         self.overrides = OverrideStore(self.decisions)
@@ -168,6 +172,7 @@ class Daemon:
             simulated=nvml is not None or bool(adapters),
             cluster=lambda: self.fleet.status() if self.fleet is not None else None,
             notices=self.notices,
+            throttle=self.throttle,
         )
         self.metrics = Metrics(self.view)
         lister = self.backend.lister() if self.backend is not None else None
@@ -245,6 +250,7 @@ class Daemon:
 
     def _on_readings(self, source: str, readings: Sequence[Reading]) -> None:
         self.store.update(source, readings)
+        self.throttle.observe(readings)
         if self.leader is not None:
             self.leader.on_readings(source, readings)
         if self.recorder is not None:
@@ -255,10 +261,12 @@ class Daemon:
         self.decisions.submit(decision)  # durable (or held in memory) before it is sent
         self.events.publish("decision", decision)
 
+    def _on_progress(self, row: Row) -> None:
+        self.events.publish("delivery", delivery_event(row))
+
     def _on_settled(self, decision: Decision, status: Status, outcome: str) -> None:
         if self.notices is not None:
             self.notices.settled(decision, status, outcome)  # may open a job notice
-        self.events.publish("delivery", delivery_event(decision, status, outcome))
 
     async def apply_override(self, req: OverrideRequest) -> AuditEntry:
         """Apply an operator override (validated by the API), audit it and tell the policy."""
@@ -356,6 +364,7 @@ class Daemon:
                         self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
                     )
                     tg.create_task(self.deliverer.run(), name="delivery")
+                    tg.create_task(self.deliverer.watch(), name="delivery-watch")
                     tg.create_task(self.decisions.run(), name="storage")
                     if self.fleet is not None:
                         tg.create_task(run_fleet(self.fleet, self.leader), name="fleet")

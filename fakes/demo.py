@@ -31,6 +31,7 @@ from fakes.cdu_server import FakeCduServer
 from fakes.nvml import FakeNvml
 from fakes.scheduler import FakeWebhookScheduler, Received
 from fakes.sim import RackSnapshot, Scenario, ScenarioError, SimulatedRack, load_scenario
+from fakes.sim.load import MIN_POLL_TIMEOUT_S, LoadWatch, poll_timeout_note, safe_speed
 from fakes.snmp_agent import SimulatedPdu
 from policies.model import Condition
 
@@ -58,6 +59,7 @@ class DemoResult:
     scenario: str
     decisions: list[DemoDecision] = field(default_factory=list)
     first_crossing: tuple[float, str, int] | None = None  # (t, node, gpu) at slowdown
+    invalid: str = ""  # why this host could not keep the speed ("" when it did)
     final_state: dict[str, str] = field(default_factory=dict)
     # Per node, each source's health at the end of the run.
     source_health: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -351,7 +353,19 @@ async def run_scenario(
     sc = rack.scenario
     if speed is None:
         speed = max(1.0, sc.duration_s / DEMO_WALL_TARGET_S)
+        if speed > safe_speed():
+            speed = safe_speed()
+            print(
+                f"rackguard-sim demo: playing at x{speed:g}, the fastest this host can be trusted"
+                f" to keep (GPU poll timeouts of {MIN_POLL_TIMEOUT_S} s):"
+                f" about {sc.duration_s / speed / 60:.0f} min",
+                file=sys.stderr,
+                flush=True,
+            )
     result = DemoResult(sc.name, expected_drained=sc.expect.drained_nodes)
+    note = poll_timeout_note(speed)
+    if note:
+        print(f"rackguard-sim demo: {note}", file=sys.stderr, flush=True)
     scheduler = FakeWebhookScheduler(DEMO_SECRET)
     url = await scheduler.start()
     pdu = SimulatedPdu(lambda: rack.snapshot)
@@ -402,7 +416,9 @@ async def run_scenario(
                 follow = tg.create_task(cdu.follow(lambda: rack.snapshot.cdu, 0.2))
                 for d in daemons:
                     tg.create_task(d.run(handle_signals=False))
-                await _drive(rack, view, scheduler, speed, result, on_tick)
+                watch = LoadWatch(speed, lambda m: print(m, file=sys.stderr, flush=True))
+                await _drive(rack, view, scheduler, speed, result, on_tick, watch, daemons)
+                result.invalid = watch.invalid
                 result.source_health = {
                     d.config.node.name: {r.name: r.health.value for r in d.runners} for d in daemons
                 }
@@ -424,6 +440,8 @@ async def _drive(
     speed: float,
     result: DemoResult,
     on_tick: Callable[[SimulatedRack], None] | None,
+    watch: LoadWatch,
+    daemons: list[Daemon],
 ) -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -451,7 +469,13 @@ async def _drive(
             last_render = now
         elif not view.live:
             view.events()
+        for d in daemons:
+            for r in d.runners:
+                if r.name == "gpus" and "timed out" in r.stats.last_error:
+                    watch.breach(f"{d.config.node.name}: a GPU poll {r.stats.last_error}")
+        watch.before_sleep()
         await asyncio.sleep(SIM_STEP_WALL_S)
+        watch.after_sleep(SIM_STEP_WALL_S)
     if view.live:
         view.render(scheduler)
 
@@ -481,6 +505,8 @@ def summary(result: DemoResult) -> str:
         lines.append("  no GPU reached its slowdown temperature")
     expected = ", ".join(result.expected_drained) or "none"
     verdict = "as expected" if result.as_expected else "NOT as expected"
+    if result.invalid:
+        verdict = f"INVALID ({result.invalid}; lower --speed)"
     lines.append(f"  expected nodes drained: {expected}; outcome {verdict}")
     lines.append(
         "  final scheduler state: "
@@ -511,5 +537,5 @@ async def run_demo(
     with contextlib.suppress(KeyboardInterrupt):
         result = await run_scenario(scenario, speed=speed, seed=seed, live=live)
         print(summary(result), flush=True)
-        return 0 if result.as_expected else 1
+        return 0 if result.as_expected and not result.invalid else 1
     return 130

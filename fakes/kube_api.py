@@ -26,6 +26,10 @@ It enforces the semantics a careless client gets wrong:
   while a PodDisruptionBudget allows no disruption, 201 with a Status when it
   evicts, 404 for a pod that is gone; an evicted pod is deleted, or only marked
   terminating (``deletionTimestamp``) with ``keep_terminating``;
+- the node status subresource (``PATCH .../nodes/NAME/status``) takes a
+  strategic merge patch, changes only ``status``, and merges
+  ``status.conditions`` by ``type`` (their patchMergeKey; ``$patch: delete``
+  removes one), as node-problem-detector's writes rely on;
 - a missing or wrong bearer token is 401; ``forbid`` ("patch nodes",
   "create pods/eviction", ...) is RBAC's 403 in the server's words;
 - a pod's annotations may hold 256 KiB in all (keys and values): a patch that
@@ -212,12 +216,32 @@ RBAC = {
     ("GET", "/api/v1/nodes"): ("", "list", "nodes"),
     ("GET", "/api/v1/nodes/{name}"): ("", "get", "nodes"),
     ("PATCH", "/api/v1/nodes/{name}"): ("", "patch", "nodes"),
+    ("PATCH", "/api/v1/nodes/{name}/status"): ("", "patch", "nodes/status"),
     ("GET", "/api/v1/pods"): ("", "list", "pods"),
     ("PATCH", "/api/v1/namespaces/{ns}/pods/{name}"): ("", "patch", "pods"),
     ("POST", "/api/v1/namespaces/{ns}/pods/{name}/eviction"): ("", "create", "pods/eviction"),
     ("POST", "/api/v1/namespaces/{ns}/events"): ("", "create", "events"),
     ("GET", "/apis/apps/v1/namespaces/{ns}/daemonsets/{name}"): ("apps", "get", "daemonsets"),
 }
+
+
+def merge_conditions(current: list[Any], patch: list[Any]) -> list[Any]:
+    """A strategic merge of ``status.conditions``: by ``type`` (its patchMergeKey).
+
+    An item with ``$patch: delete`` removes that type; others replace or add it.
+    """
+    out = [dict(c) for c in current if isinstance(c, dict)]
+    for item in patch:
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise PatchFailed("status.conditions: each item needs a type")
+        kept = [c for c in out if c.get("type") != item["type"]]
+        if item.get("$patch") == "delete":
+            out = kept
+            continue
+        old = next((c for c in out if c.get("type") == item["type"]), {})
+        merged = {**old, **{k: v for k, v in item.items() if v is not None}}
+        out = [*kept, merged] if not old else [merged if c is old else c for c in out]
+    return out
 
 
 def _forbidden(
@@ -258,10 +282,12 @@ class FakeKubeApi:
     patches: list[tuple[str, str, Any]] = field(default_factory=list)  # node, type, body
     evictions: list[tuple[str, str, int]] = field(default_factory=list)  # ns, pod, status
     pod_patches: list[tuple[str, str, Any]] = field(default_factory=list)  # ns/pod, type, body
+    status_patches: list[tuple[str, Any]] = field(default_factory=list)  # node, body
     race_next_patch: int = 0  # change the node before the next N patches
     before_next_patch: Callable[[str], None] | None = None  # run once before the next patch
     forbid_patch: bool = False  # RBAC: the account may not patch nodes
-    forbid: set[str] = field(default_factory=set)  # RBAC: "patch pods", "create pods/eviction"
+    # RBAC: "patch pods", "create pods/eviction", "patch nodes/status"
+    forbid: set[str] = field(default_factory=set)
     used: set[tuple[str, str, str]] = field(default_factory=set)  # (group, verb, resource) asked
     keep_terminating: bool = False  # an evicted pod stays, terminating, until removed
     expire_continue: int = 0  # the next N continue tokens answer 410 Gone
@@ -383,6 +409,7 @@ class FakeKubeApi:
         app.router.add_get("/api/v1/nodes", self._list_nodes)
         app.router.add_get("/api/v1/nodes/{name}", self._get_node)
         app.router.add_patch("/api/v1/nodes/{name}", self._patch_node)
+        app.router.add_patch("/api/v1/nodes/{name}/status", self._patch_node_status)
         app.router.add_get("/api/v1/pods", self._list_pods)
         app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self._patch_pod)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/eviction", self._evict)
@@ -477,6 +504,37 @@ class FakeKubeApi:
         patched["metadata"]["resourceVersion"] = self._bump()
         self.nodes[name] = patched
         return self._json(patched)
+
+    async def _patch_node_status(self, request: web.Request) -> web.Response:
+        """The status subresource: only ``status`` changes; conditions merge by type."""
+        name = request.match_info["name"]
+        if name not in self.nodes:
+            return _status(404, "NotFound", f'nodes "{name}" not found')
+        if "patch nodes/status" in self.forbid:
+            return _forbidden("patch", "nodes/status", name)
+        ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+        if ctype != "application/strategic-merge-patch+json":
+            return _status(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _status(400, "BadRequest", "invalid JSON in patch")
+        if not isinstance(body, dict) or not isinstance(body.get("status", {}), dict):
+            return _status(400, "BadRequest", "a node status patch must be an object")
+        self.status_patches.append((name, body))
+        node = self.nodes[name]
+        status = dict(node.get("status") or {})
+        for key, value in body.get("status", {}).items():
+            if key == "conditions":
+                try:
+                    status[key] = merge_conditions(status.get(key) or [], value or [])
+                except PatchFailed as err:
+                    return _status(422, "Invalid", str(err))
+            else:
+                status[key] = merge_patch(status.get(key), value)
+        node["status"] = status
+        node["metadata"]["resourceVersion"] = self._bump()
+        return self._json(node)
 
     async def _list_pods(self, request: web.Request) -> web.Response:
         items = list(self.pods.values())

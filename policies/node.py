@@ -130,7 +130,7 @@ def _unfit(rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
     more = f" (+{len(unfit) - 1} more)" if len(unfit) > 1 else ""
     reason = (
         f"{REASON_PREFIX} {worst.subject} would be "
-        f"{worst.full_load_margin:.1f}C below slowdown at full power{more}{why}"
+        f"{wording.below(worst.full_load_margin or 0.0)} slowdown at full power{more}{why}"
     )
     return Verdict(Condition.WARNING, False, domain, reason)
 

@@ -66,7 +66,7 @@ def gpu_detail(g: GpuView) -> str:
         return g.why
     s = g.settings
     # printf-style: the same text as an f-string, at about two thirds of the cost.
-    words = ["%.0fC, %.1fC below slowdown %.0fC" % (temp, margin, slow)]  # noqa: UP031
+    words = ["%.0fC, %s slowdown %.0fC" % (temp, below(margin), slow)]  # noqa: UP031
     if g.trend_per_min is not None:
         words.append("%+.1fC/min" % g.trend_per_min)  # noqa: UP031
     fast = g.fast_heating_c_per_s
@@ -74,7 +74,7 @@ def gpu_detail(g: GpuView) -> str:
         words.append("heating %+.0fC/min at flat power" % (fast * 60))
     full = g.full_load_margin
     if full is not None and full < s.exit_margin_c:
-        words.append("%.1fC below slowdown at full power" % full)  # noqa: UP031
+        words.append("%s slowdown at full power" % below(full))  # noqa: UP031
     ttt = g.ttt
     if ttt is not None and ttt.point_s is not None and ttt.point_s > 0:
         late_w = minutes(ttt.late_s) if ttt.late_s is not None else "never"
@@ -101,3 +101,10 @@ def node_detail(v: Verdict, hot: GpuView | None, gpus: tuple[GpuView, ...], note
     if note:
         text = f"{text} [{note}]" if text else note
     return text
+
+
+def below(margin: float) -> str:
+    """``2.0C below`` or, past the threshold, ``2.0C above`` (never "-2.0C below")."""
+    if margin < 0:
+        return "%.1fC above" % -margin
+    return "%.1fC below" % margin  # noqa: UP031

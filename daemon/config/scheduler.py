@@ -72,6 +72,9 @@ class DeliverySettings:
     outbox_path: Path | None = None
     retry_initial_s: float = bounded(1.0, gt=0)
     retry_max_s: float = bounded(60.0, gt=0)
+    # A decision still undelivered this long after it was made (wall seconds) makes
+    # /readyz not ready, naming it, and sets rackguard_delivery_undeliverable.
+    undeliverable_after_s: float = bounded(120.0, gt=0)
     # Read the scheduler's view of our nodes this often and converge it to the
     # intended state (sinks that can read nodes: slurm, kubernetes). 0: never.
     reconcile_interval_s: float = bounded(60.0, ge=0)

@@ -511,6 +511,11 @@ class DecisionStore:
         """Per node, the newest decision: the state rackguard intends the node to be in."""
         return {node: r.decision for node, r in self._latest.items()}
 
+    def latest(self, node: str) -> Record | None:
+        """The node's newest decision and where its delivery stands (None: none yet)."""
+        row = self._latest.get(node)
+        return row.record() if row else None
+
     @property
     def confirmed(self) -> dict[str, Action]:
         """Per node, the newest action the scheduler confirmed."""

@@ -1,7 +1,8 @@
 """Files an operator installs beside the agent, shipped inside the package.
 
-The unit and the example config live in the repository's systemd/ (the layout the
-project keeps); the links to them here put them in the wheel.
+The unit and the example config live in the repository's systemd/, the
+constraints at its root (the layout the project keeps); the links to them here
+put them in the wheel.
 
 `rackguard files` lists them with their installed paths; `rackguard files NAME`
 prints one, so a node needs no checkout of the repository (docs/operations.md).
@@ -27,6 +28,7 @@ FILES: dict[str, tuple[str, str]] = {
     "alerts": ("prometheus/rackguard-alerts.yml", "Prometheus alert rules"),
     "dashboard": ("grafana/rackguard-dashboard.json", "Grafana dashboard (fleet and node)"),
     "kubernetes": ("kubernetes/rackguard.yaml", "DaemonSet, ServiceAccount and RBAC"),
+    "constraints": ("constraints.txt", "the exact versions this release was tested with (pip -c)"),
 }
 
 

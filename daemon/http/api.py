@@ -201,6 +201,7 @@ def _state_body(view: ServiceView, now: float) -> bodies.State:
             for s in view.sources()
         },
         series=[_series(view, r, now) for r in view.readings()],
+        scheduler=view.scheduler_state(),
     )
 
 
@@ -256,6 +257,29 @@ async def decisions(request: web.Request) -> web.Response:
     except StorageError as err:
         raise ApiError(503, "storage", str(err)) from err
     return json_response(bodies.DecisionLog(items, cursor))
+
+
+async def page_initial(request: web.Request) -> bytes | None:
+    """What the node page shows first (state, assessments, the log's first page), as one
+    JSON object embedded in the page, so it shows data at load without a round trip."""
+    view = request.app[_CTX].view
+    try:
+        items, cursor = await view.decision_page(LogQuery(limit=50))
+    except StorageError:
+        return None  # the page reads the log itself once the store answers
+    assess = (await assessments(request)).body
+    assert isinstance(assess, bytes)
+    return b"".join(
+        (
+            b'{"state":',
+            request.app[_STATE_BODY].get(view),
+            b',"assessments":',
+            assess,
+            b',"decisions":',
+            bodies.encode(bodies.DecisionLog(items, cursor)),
+            b"}",
+        )
+    )
 
 
 async def outbox(request: web.Request) -> web.Response:
@@ -441,7 +465,7 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.router.add_get("/v1/events", events)
     app.router.add_get("/v1/overrides", get_overrides)
     app.router.add_post("/v1/overrides", post_overrides)
-    add_page_routes(app)
+    add_page_routes(app, page_initial)
     add_notice_routes(app, lambda: ctx.notices())  # noqa: PLW0108 (ctx may be uninitialised here)
     add_steering_routes(app, lambda: ctx.steering())  # noqa: PLW0108 (as the notices')
     return app

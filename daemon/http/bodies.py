@@ -130,6 +130,7 @@ class State:
     assessment: Assessment | None
     sources: dict[str, SourceHealth]
     series: list[Series]
+    scheduler: SchedulerState | UnsetType = UNSET  # absent before the service wired it
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,15 @@ class Assessments:
     note: str | UnsetType = UNSET  # absent before the first evaluation
 
 
+ConfirmedBy = Annotated[
+    Literal["read_back", "answer", ""],
+    Meta(
+        description="read_back: the scheduler showed the intended state when read back;"
+        " answer: a sink that cannot read back (the webhook) accepted it; '': not confirmed"
+    ),
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """Where a logged decision's delivery stands."""
@@ -153,6 +163,7 @@ class Delivery:
     outcome: str
     origin: str
     done_at: UnixTime | None
+    confirmed_by: ConfirmedBy = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +240,30 @@ class OverrideResult:
 
 @dataclass(frozen=True, slots=True)
 class DeliveryEvent:
-    """The ``delivery`` event: where a decision's delivery now stands."""
+    """The ``delivery`` event: where a decision's delivery now stands (after each attempt)."""
 
     node: str
     action: Action
     key: str
     status: Status
     outcome: str
+    id: int = 0  # the decision's id in /v1/decisions
+    attempts: int = 0
+    last_error: str = ""
+    confirmed_by: ConfirmedBy = ""
+    done_at: UnixTime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerState:
+    """What rackguard asked of the scheduler for this node, and what it last read back."""
+
+    intent: Action | None  # the newest decision's action (null: none yet)
+    delivery: Status | None  # where that decision's delivery stands
+    attempts: int
+    last_error: str
+    read_back: str | None  # the scheduler's state as last read back (null: never read)
+    read_back_at: UnixTime | None
 
 
 # The bodies' wire forms where they differ from the plain data (policies/codec.py).

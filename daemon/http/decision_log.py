@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from daemon.delivery.deliverer import confirmed_by
 from daemon.http.bodies import Delivery, LogItem
 
 MAX_LIMIT = 500
@@ -105,5 +106,7 @@ def _item(row: tuple[Any, ...]) -> LogItem:
     data = orjson.loads(body)
     if kind == "override":
         return LogItem(kind, ident, at, node, action, actor=who, override=data)
-    delivery = Delivery(status, attempts, last_error, outcome, who, done)
+    delivery = Delivery(
+        status, attempts, last_error, outcome, who, done, confirmed_by(status, outcome)
+    )
     return LogItem(kind, ident, at, node, action, decision=data, delivery=delivery)

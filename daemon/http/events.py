@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from daemon.delivery.outbox import Status
+from daemon.delivery.deliverer import confirmed_by
+from daemon.delivery.outbox import Row
 from daemon.delivery.overrides import AuditEntry
 from daemon.http.bodies import DeliveryEvent, encode
 from daemon.http.notice import Notice
@@ -46,9 +47,21 @@ EVENT_DATA: Mapping[str, type] = MappingProxyType(
 )
 
 
-def delivery_event(decision: Decision, status: Status, outcome: str) -> DeliveryEvent:
+def delivery_event(row: Row) -> DeliveryEvent:
     """The ``delivery`` event: where a decision's delivery now stands."""
-    return DeliveryEvent(decision.node, decision.action, decision.key, status, outcome)
+    d = row.decision
+    return DeliveryEvent(
+        d.node,
+        d.action,
+        d.key,
+        row.status,
+        row.outcome,
+        row.seq,
+        row.attempts,
+        row.last_error,
+        confirmed_by(row.status, row.outcome),
+        row.done_at,
+    )
 
 
 class EventHub:

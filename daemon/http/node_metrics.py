@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from daemon.version import package_version
@@ -151,6 +151,17 @@ class NodeCollector(Collector):
 
 
 def _gpu_families(d: ServiceView) -> Iterator[Metric]:
+    throttled = CounterMetricFamily(
+        "rackguard_gpu_throttled_seconds",
+        "Seconds the GPU ran with its clocks cut, by NVML clock-event reason (hw_slowdown,"
+        " sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown): the outcome"
+        " rackguard exists to keep at zero.",
+        labels=["gpu", "uuid", "reason"],
+    )
+    for (gpu, uuid, reason), seconds in sorted(d.throttled_seconds().items()):
+        throttled.add_metric([gpu, uuid, reason], seconds)
+    yield throttled
+
     slowdown = GaugeMetricFamily(
         "rackguard_gpu_slowdown_temperature_celsius",
         "The GPU's slowdown (throttle) temperature, as NVML reports it.",
@@ -229,6 +240,12 @@ def _backlog_families(d: ServiceView) -> Iterator[Metric]:
         "rackguard_outbox_oldest_pending_age_seconds",
         "Age of the oldest decision the scheduler has not confirmed (0 with none pending).",
         value=max(0.0, time.time() - oldest) if oldest is not None else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "rackguard_delivery_undeliverable",
+        "Decisions still undelivered [scheduler] undeliverable_after_s after they were made"
+        " (each one makes /readyz not ready).",
+        value=len(d.undeliverable()),
     )
     yield GaugeMetricFamily(
         "rackguard_outbox_pending_retrying",

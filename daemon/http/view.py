@@ -14,7 +14,14 @@ from msgspec import UNSET
 
 from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Pending
-from daemon.http.bodies import LogItem, OutboxHealth, Overrides, PinEntry, Ready
+from daemon.http.bodies import (
+    LogItem,
+    OutboxHealth,
+    Overrides,
+    PinEntry,
+    Ready,
+    SchedulerState,
+)
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
 from policies.model import Reading
@@ -28,6 +35,7 @@ if TYPE_CHECKING:
     from daemon.service.engine import PolicyEngine
     from daemon.service.runner import SourceRunner
     from daemon.service.state import StateStore
+    from daemon.service.throttle import ThrottleClock
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,7 @@ class ServiceView:
         simulated: bool,
         cluster: Callable[[], ClusterStatus | None] = lambda: None,
         notices: JobNotices | None = None,
+        throttle: ThrottleClock | None = None,
     ) -> None:
         self._config = config
         self._runners = runners
@@ -74,6 +83,7 @@ class ServiceView:
         self.simulated = simulated
         self._cluster = cluster
         self.notices = notices  # None where the scheduler has no job notices
+        self._throttle = throttle
 
     @property
     def config(self) -> Config:
@@ -133,6 +143,10 @@ class ServiceView:
             for r in self._runners()
         ]
 
+    def throttled_seconds(self) -> dict[tuple[str, str, str], float]:
+        """(gpu, uuid, reason) -> seconds the GPU's clocks were cut for that reason."""
+        return dict(self._throttle.seconds) if self._throttle is not None else {}
+
     def pending(self) -> list[Pending]:
         """Decisions waiting for the scheduler, oldest first."""
         return self._decisions.pending()
@@ -158,6 +172,24 @@ class ServiceView:
     def delivery_failures(self) -> dict[str, int]:
         """Failed delivery attempts by reason, since start."""
         return dict(self._deliverer.failures)
+
+    def undeliverable(self) -> list[Pending]:
+        """Decisions undelivered past ``[scheduler] undeliverable_after_s``, oldest first."""
+        return self._deliverer.undeliverable()
+
+    def scheduler_state(self) -> SchedulerState:
+        """This node's newest decision, its delivery, and the scheduler's state as read back."""
+        node = self.config.node.name
+        latest = self._decisions.latest(node)
+        seen = self._deliverer.read_back.get(node)
+        return SchedulerState(
+            intent=latest.decision.action if latest else None,
+            delivery=latest.status if latest else None,
+            attempts=latest.attempts if latest else 0,
+            last_error=latest.last_error if latest else "",
+            read_back=seen.state if seen else None,
+            read_back_at=seen.at if seen else None,
+        )
 
     @property
     def refusal(self) -> str:

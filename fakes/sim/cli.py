@@ -25,7 +25,14 @@ from daemon.cli import run_async, stdout_gone
 from fakes.sim.decision_logs import LogError, Row, read_log
 from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import Scenario, ScenarioError, load_scenario
-from fakes.sim.scoring import DecisionScore, first_actions, first_crossing, onset
+from fakes.sim.scoring import (
+    DecisionScore,
+    first_actions,
+    first_crossing,
+    never_applied,
+    onset,
+    throttled_in_service,
+)
 from fakes.sim.snmp_engine_agent import AUTH, PRIV, V3User
 from fakes.sim.trace_writer import WALL_EPOCH, scenario_readings, write_trace
 
@@ -106,8 +113,22 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
                 args.v3_priv_protocol,
             ),
         )
+    scheduler_host: str | None = None
+    scheduler_port = 0
+    secret = b""
+    if args.scheduler:
+        scheduler_host, scheduler_port = _address(args.scheduler, "scheduler")
+        if not args.webhook_key_file:
+            raise UsageError("--webhook-key-file is required with --scheduler")
+        # Stripped, as the daemon strips its secret_file before signing.
+        secret = _secret(args.webhook_key_file, "webhook-key-file", min_len=1).encode()
+    elif args.webhook_key_file:
+        raise UsageError("--webhook-key-file: only with --scheduler")
     return ServeOptions(
         state_dir=Path(args.state_dir),
+        scheduler_host=scheduler_host,
+        scheduler_port=scheduler_port,
+        webhook_secret=secret,
         speed=args.speed,
         seed=args.seed,
         pdu_host=pdu_host,
@@ -150,10 +171,15 @@ async def _serve(
             community_file,
         )
     )
+    staging = (
+        f"scheduler {harness.scheduler.url} (webhook), "
+        if harness.scheduler is not None
+        else "no scheduler (score judges the daemon's log only), "
+    )
     print(
         f"rackguard-sim: serving scenario {scenario.name} (x{args.speed:g}): "
         f"PDU snmp {options.pdu_host}:{harness.pdu.port} ({options.pdu_profile}), "
-        f"CDU {harness.cdu.url} ({harness.cdu.model}), control http://{args.control}; "
+        f"CDU {harness.cdu.url} ({harness.cdu.model}), {staging}control http://{args.control}; "
         f"GPUs and run record in {options.state_dir}; sources for a config in {sources}",
         flush=True,
     )
@@ -277,11 +303,48 @@ def score(scenario: Scenario, rows: list[Row], run: dict[str, Any] | None) -> De
         onset_s = min(starts) if starts else None
     else:  # the trace writer's clock: wall = WALL_EPOCH + t
         wall_start, speed = WALL_EPOCH, 1.0
-        _, readings = scenario_readings(scenario, rack_sources=False)
-        crossing_s = first_crossing(scenario, readings)
+        _, trace = scenario_readings(scenario, rack_sources=False)
+        crossing_s = first_crossing(scenario, trace)
         onset_s = onset(scenario)
-    first = first_actions(((at - wall_start) * speed, node, action) for at, node, action in rows)
-    return DecisionScore(scenario.name, onset_s, crossing_s, first, scenario.expect.drained_nodes)
+    result = _judge(scenario, rows, run, wall_start, speed, onset_s, crossing_s)
+    result.invalid = str(run.get("invalid") or "") if run is not None else ""
+    return result
+
+
+def _judge(
+    scenario: Scenario,
+    rows: list[Row],
+    run: dict[str, Any] | None,
+    wall_start: float,
+    speed: float,
+    onset_s: float | None,
+    crossing_s: float | None,
+) -> DecisionScore:
+    decided = [((at - wall_start) * speed, node, action) for at, node, action in rows]
+    scheduler = run.get("scheduler") if run is not None else None
+    if run is None or not isinstance(scheduler, dict):
+        judged = "the decision log" if run is None else "the daemon's decision log only"
+        if run is not None:  # serve ran without --scheduler: nothing saw what was applied
+            judged += " (serve ran no scheduler: what was applied is not known)"
+        first = first_actions(decided)
+        result = DecisionScore(
+            scenario.name, onset_s, crossing_s, first, scenario.expect.drained_nodes, judged
+        )
+        if run is None:
+            _, trace = scenario_readings(scenario, rack_sources=False)
+            result.throttled_gpu_s = throttled_in_service(scenario, trace, first)
+        return result
+    applied = [(float(a["t"]), str(a["node"]), str(a["action"])) for a in run.get("applied", [])]
+    return DecisionScore(
+        scenario.name,
+        onset_s,
+        crossing_s,
+        first_actions(applied),
+        scenario.expect.drained_nodes,
+        f"what the scheduler at {scheduler.get('url')} applied",
+        tuple(never_applied(decided, applied)),
+        run.get("throttled_gpu_seconds_in_service"),
+    )
 
 
 def _read_run(path: str) -> dict[str, Any]:
@@ -334,14 +397,18 @@ def cmd_trace(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     """Validate a scenario file and say what it holds."""
     sc = load_scenario(args.scenario)
     expect = ", ".join(sc.expect.drained_nodes) or "none"
     print(
         f"{args.scenario}: ok: scenario {sc.name}, {sc.duration_s:g} s, "
-        f"{len(sc.rack.nodes)} nodes x {sc.rack.gpus_per_node} {sc.rack.gpu_model}, "
-        f"{len(sc.events)} events; expected drained: {expect}",
+        f"{_count(len(sc.rack.nodes), 'node')} x {sc.rack.gpus_per_node} {sc.rack.gpu_model}, "
+        f"{_count(len(sc.events), 'event')}; expected drained: {expect}",
         file=out,
     )
     return 0
@@ -385,6 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cdu-model", default="generic", choices=("generic", "tcd"))
     s.add_argument("--nodeset-dir", help="the OPC 40082-1 nodesets (for --cdu-model tcd)")
     s.add_argument("--control", default=DEFAULT_CONTROL, help="control API HOST:PORT (loopback)")
+    s.add_argument(
+        "--scheduler",
+        help="run the staging scheduler (a webhook receiver) at HOST:PORT; score judges what it"
+        " applied",
+    )
+    s.add_argument("--webhook-key-file", help="the webhook key the daemon signs with")
 
     n = sub.add_parser(
         "node", help="run a rackguard command on a simulated node's GPUs (the file serve writes)"

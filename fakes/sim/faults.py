@@ -29,6 +29,7 @@ class Target(StrEnum):
     PDU = "pdu"
     CDU = "cdu"
     GPU = "gpu"
+    SCHEDULER = "scheduler"  # the staging scheduler serve runs (--scheduler)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,12 @@ FAULTS: dict[str, FaultSpec] = {
         FaultSpec("pdu_garbage", Target.PDU, "the PDU agent answers every value with junk bytes"),
         FaultSpec("pdu_silent", Target.PDU, "the PDU agent answers nothing"),
         FaultSpec("pdu_ok", Target.PDU, "the PDU agent answers normally again"),
+        FaultSpec(
+            "scheduler_down",
+            Target.SCHEDULER,
+            "the staging scheduler (serve --scheduler) stops listening: deliveries fail",
+        ),
+        FaultSpec("scheduler_up", Target.SCHEDULER, "the staging scheduler listens again"),
         FaultSpec(
             "cdu_restart",
             Target.CDU,

@@ -8,6 +8,12 @@ CDU as an OPC-UA server (generic or OPC 40082-1 TCD). Faults (fakes/sim/faults.p
 are applied on demand through :meth:`Harness.apply`; what happened — every
 fault with its simulated time, the first GPU at its slowdown temperature — is
 kept in ``STATE_DIR/run.json`` for ``rackguard-sim score``.
+
+With a scheduler address (``--scheduler``) it also runs the staging scheduler:
+the fake webhook receiver (fakes/scheduler.py), checking signatures with the
+daemon's key. Every decision it applies is recorded in the run record with its
+simulated time, so ``score`` judges what the scheduler applied, not what the
+daemon meant to do. ``scheduler_down`` / ``scheduler_up`` stop and start it.
 """
 
 from __future__ import annotations
@@ -22,11 +28,15 @@ from typing import Any, Literal
 
 import orjson
 
+from daemon.service.throttle import THROTTLE_MASK
 from fakes.cdu_server import DEFAULT_NODESET_DIR, FakeCduServer, nodesets_available
+from fakes.scheduler import FakeWebhookScheduler, Received
 from fakes.sim.faults import FaultError, FaultSpec, Target, parse_fault
+from fakes.sim.load import LoadWatch
 from fakes.sim.nvml_bridge import SimulatedRack
 from fakes.sim.pdu_layouts import LAYOUTS
 from fakes.sim.scenario import Scenario, ScenarioError
+from fakes.sim.scoring import LOAD_EVENTS
 from fakes.sim.served_gpus import encode_node, node_file, write_atomic
 from fakes.sim.snmp_engine_agent import EngineAgent, Mode, V3User
 
@@ -58,6 +68,11 @@ class ServeOptions:
     cdu_port: int = 4840
     cdu_model: Literal["generic", "tcd"] = "generic"
     nodeset_dir: Path | None = None
+    # The staging scheduler: the webhook receiver's address and the key it checks
+    # signatures with (the daemon's secret_file, stripped as the daemon reads it).
+    scheduler_host: str | None = None
+    scheduler_port: int = 0
+    webhook_secret: bytes = b""
 
 
 class Harness:
@@ -94,6 +109,16 @@ class Harness:
             model=options.cdu_model,
             nodeset_dir=nodeset_dir,
         )
+        self.scheduler: FakeWebhookScheduler | None = None
+        if options.scheduler_host is not None:
+            self.scheduler = FakeWebhookScheduler(options.webhook_secret, on_receive=self._applied)
+        self.scheduler_up = False
+        self._scheduler_port = options.scheduler_port
+        self.applied: list[dict[str, Any]] = []
+        # GPU-seconds throttled (heat or power brake) on nodes the scheduler has not
+        # taken out of service (all nodes when serve runs no scheduler).
+        self.throttled_s = 0.0
+        self.load = LoadWatch(options.speed, self._invalid)
         self.stuck: dict[tuple[str, int], float] = {}
         self.history: list[dict[str, Any]] = []
         self.first_crossing: dict[str, Any] | None = None
@@ -128,6 +153,29 @@ class Harness:
             self.cdu.follow(lambda: self.rack.snapshot.cdu, CDU_PUBLISH_S)
         )
         self._tasks.add(follow)
+        await self._scheduler_listen()
+        self._write_run()
+
+    async def _scheduler_listen(self) -> None:
+        if self.scheduler is None or self.scheduler_up:
+            return
+        host = self.options.scheduler_host or "127.0.0.1"
+        await self.scheduler.start(host, self._scheduler_port)
+        # Back on the same port after scheduler_down, even when the first one was chosen free.
+        self._scheduler_port = int(self.scheduler.url.rsplit(":", 1)[1].split("/", 1)[0])
+        self.scheduler_up = True
+
+    async def _scheduler_stop(self) -> None:
+        if self.scheduler is not None and self.scheduler_up:
+            await self.scheduler.stop()
+            self.scheduler_up = False
+
+    def _applied(self, item: Received) -> None:
+        node, action = str(item.payload.get("node")), str(item.payload.get("action"))
+        self.applied.append(
+            {"t": round(self.rack.t, 3), "wall": time.time(), "node": node, "action": action}
+        )
+        log.info("scheduler: applied %s %s at t=%.0fs", node, action, self.rack.t)
         self._write_run()
 
     async def run(self) -> None:
@@ -135,10 +183,28 @@ class Harness:
         while True:
             target = self._target_t()
             if target > self.rack.t:
+                self._count_throttled(target - self.rack.t)
                 self.rack.advance(target - self.rack.t)
                 self._check_crossing()
                 self._publish_gpus_logged()
+            self.load.before_sleep()
             await asyncio.sleep(STEP_WALL_S)
+            self.load.after_sleep(STEP_WALL_S)
+
+    def _invalid(self, message: str) -> None:
+        log.warning("%s", message)
+        self._write_run()
+
+    def _count_throttled(self, dt: float) -> None:
+        """Charge ``dt`` to every GPU throttled now on a node still in service."""
+        out: set[str] = set()
+        for a in self.applied:
+            (out.discard if a["action"] == "resume" else out.add)(a["node"])
+        for node in self.rack.snapshot.nodes:
+            if node.name not in out:
+                self.throttled_s += dt * sum(
+                    1 for g in node.gpus if g.clock_event_reasons & THROTTLE_MASK
+                )
 
     async def stop(self) -> None:
         """Close every endpoint (the state files stay for scoring)."""
@@ -149,6 +215,7 @@ class Harness:
                 await task
         await self.pdu.stop()
         await self.cdu.stop()
+        await self._scheduler_stop()
         self._write_run()
 
     # --- publishing -------------------------------------------------------------------
@@ -221,10 +288,41 @@ class Harness:
             "speed": self.options.speed,
             "wall_start": self.wall_start,
             "t": self.rack.t,
-            "faults": list(self.history),
+            "faults": [*self._timeline_faults(), *self.history],
             "first_crossing": self.first_crossing,
             "endpoints": self.endpoints(),
+            # null: serve ran without a scheduler, so nothing records what was applied.
+            "scheduler": None
+            if self.scheduler is None
+            else {
+                "url": f"http://{self.options.scheduler_host}:{self._scheduler_port}/rackguard",
+                "up": self.scheduler_up,
+                "rejected_signatures": self.scheduler.rejected_signatures,
+            },
+            "applied": list(self.applied),
+            "throttled_gpu_seconds_in_service": round(self.throttled_s, 3),
+            # Why this host could not keep the speed (the result is not valid), or null.
+            "invalid": self.load.invalid or None,
         }
+
+    def _timeline_faults(self) -> list[dict[str, Any]]:
+        """The scenario's own faults (not job starts, stops or power caps) played so far."""
+        return [
+            {
+                "t": e.at_s,
+                "wall": self.wall_start + e.at_s / self.options.speed,
+                "fault": e.kind.value,
+                "target": "simulator",
+                "source": "timeline",
+                "params": {
+                    "target": e.target,
+                    **({"gpu": e.gpu} if e.gpu is not None else {}),
+                    **dict(e.params),
+                },
+            }
+            for e in self.scenario.events
+            if e.kind not in LOAD_EVENTS and e.at_s <= self.rack.t
+        ]
 
     def _write_run(self) -> None:
         path = self.options.state_dir / "run.json"
@@ -264,6 +362,13 @@ class Harness:
         elif spec.target is Target.PDU:
             self.pdu.mode = PDU_MODES.get(name, "ok")
             self.pdu.delay_s = float(params.get("delay_s", 0.0))
+        elif spec.target is Target.SCHEDULER:
+            if self.scheduler is None:
+                raise FaultError(f"{name}: serve runs no scheduler (start it with --scheduler)")
+            change = self._scheduler_listen() if name == "scheduler_up" else self._scheduler_stop()
+            task = asyncio.get_running_loop().create_task(change)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         else:
             task = asyncio.get_running_loop().create_task(
                 self.cdu.restart(

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.scenario
 
 async def test_hot_gpu_drains_only_the_heated_node_before_slowdown() -> None:
     out = io.StringIO()
-    result = await run_scenario("hot-gpu", speed=30, seed=7, out=out)
+    # x15: GPU poll timeouts of 0.053 s, which a busy host meets (faster is marked invalid).
+    result = await run_scenario("hot-gpu", speed=15, seed=7, out=out)
     assert result.acted_nodes == {"gpu-node-02"}
     drain = result.first_action("gpu-node-02")
     assert drain is not None and drain.action == "drain"
@@ -26,7 +27,9 @@ async def test_hot_gpu_drains_only_the_heated_node_before_slowdown() -> None:
     assert (node, gpu) == ("gpu-node-02", 3)
     assert drain.t < crossing_t - 30  # drained well before the GPU throttles
     assert result.as_expected
-    assert "outcome as expected" in summary(result)
+    # A machine too busy for x15 (the loop stalled, a GPU poll timed out) is said, not hidden.
+    verdict = "outcome INVALID (" if result.invalid else "outcome as expected"
+    assert verdict in summary(result)
     # Every agent polled its GPUs, the rack's PDU over SNMP and the CDU over OPC-UA.
     assert result.source_health == {
         n: {"gpus": "up", "pdu": "up", "cdu": "up"}

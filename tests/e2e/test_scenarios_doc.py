@@ -2,8 +2,8 @@
 
 The ```sh blocks are joined into one bash script (``set -euo pipefail``) run in
 an empty directory with the simulation install on PATH. The fixed ports the
-page shows are replaced by free ones; the staging scheduler it points at is the
-fake webhook receiver, which must get the drain.
+page shows are replaced by free ones; the staging scheduler is the one `serve`
+runs (``--scheduler``), whose record of what it applied must hold the drain.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import re
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from fakes.cdu_server import free_port
-from fakes.scheduler import FakeWebhookScheduler
 from fakes.sim.scenario import _EVENT_SPECS, EventKind
 from fakes.snmp_recording import free_udp_port
 from tests.support.paths import ROOT
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.scenario
 
@@ -53,10 +52,6 @@ async def test_every_command_of_the_game_day_runs(tmp_path: Path) -> None:
     for fixed, free in ports.items():
         assert fixed in script
         script = script.replace(fixed, free)
-    # The page's webhook key is random: the receiver starts once the script wrote it (step 4).
-    receiver_key: bytes | None = None
-    receiver: FakeWebhookScheduler | None = None
-
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -74,23 +69,11 @@ async def test_every_command_of_the_game_day_runs(tmp_path: Path) -> None:
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        key_file = tmp_path / "webhook.key"
-        await wait_until(
-            lambda: proc.returncode is not None or (key_file.exists() and key_file.read_bytes()),
-            timeout=120,
-            what="the page's step 4 writing webhook.key",
-        )
-        if proc.returncode is None:
-            receiver_key = key_file.read_bytes().strip()  # as the daemon reads it
-            receiver = FakeWebhookScheduler(receiver_key)
-            await receiver.start(port=int(ports["19200"]))
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=400)
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-        if receiver is not None:
-            await receiver.stop()
     text = out.decode(errors="replace")
     logs = "".join(
         f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
@@ -104,7 +87,11 @@ async def test_every_command_of_the_game_day_runs(tmp_path: Path) -> None:
     assert text.count("outcome                            PASS") == 2, text
     # Step 5: an unknown fault lists the known ones.
     assert "unknown fault 'pump_explode' (known: pump_fail," in text
-    # The drain reached the staging scheduler.
-    assert receiver is not None and receiver_key is not None
-    assert any(r.payload["action"] in ("drain", "exclude") for r in receiver.received), logs
+    # The live score was judged on what serve's scheduler applied, and it holds the drain.
+    assert f"judged on what the scheduler at http://127.0.0.1:{ports['19200']}/rackguard" in text
+    run = orjson.loads((tmp_path / "sim" / "run.json").read_bytes())
+    assert run["scheduler"]["rejected_signatures"] == 0
+    assert any(
+        a["node"] == "stage-01" and a["action"] in ("drain", "exclude") for a in run["applied"]
+    )
     assert '"fault": "sensor_stick"' in (tmp_path / "what-happened.json").read_text()

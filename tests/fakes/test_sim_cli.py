@@ -15,8 +15,9 @@ from fakes.sim.cli import main, score
 from fakes.sim.decision_logs import LogError, read_file
 from fakes.sim.faults import FAULTS, coerce
 from fakes.sim.scenario import load_scenario
+from fakes.sim.scoring import first_crossing, throttled_in_service
 from fakes.sim.served_gpus import ServedNvml
-from fakes.sim.trace_writer import WALL_EPOCH
+from fakes.sim.trace_writer import WALL_EPOCH, scenario_readings
 from tests.support.output import into_closed_pipe, into_full_disk
 from tests.support.paths import ROOT
 
@@ -243,3 +244,22 @@ def test_node_injects_the_served_nvml_into_a_daemon_that_takes_one(
 def test_node_needs_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["node", "--gpus", str(tmp_path / "n.json")]) == 2
     assert "give the rackguard command to run" in capsys.readouterr().err
+
+
+def test_throttled_gpu_seconds_in_service_is_the_scores_outcome_number() -> None:
+    sc = load_scenario("pump-failure")
+    _, trace = scenario_readings(sc, rack_sources=False)
+    readings = list(trace)
+    crossing = first_crossing(sc, readings)
+    assert crossing is not None
+    nodes = sc.rack.nodes
+    never = throttled_in_service(sc, readings, {})
+    late = throttled_in_service(sc, readings, dict.fromkeys(nodes, crossing + 5.0))
+    early = throttled_in_service(sc, readings, dict.fromkeys(nodes, crossing - 1.0))
+    assert never > late > 0.0 == early
+    assert late >= 5.0  # at least the one GPU at slowdown, for the 5 s it was left at work
+    # A drain after the crossing: the replay's score says how long work ran throttled.
+    wall = [(WALL_EPOCH + crossing + 5.0, n, "drain") for n in nodes]
+    result = score(sc, wall, None)
+    line = next(x for x in result.lines() if "throttled GPU-seconds in service" in x)
+    assert line.split()[-3] == f"{late:.0f}" and line.endswith("target 0")

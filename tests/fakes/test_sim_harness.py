@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,10 +19,14 @@ from daemon.config import parse_config
 from daemon.service.sources import build_adapter
 from fakes.cdu_server import nodesets_available
 from fakes.gpus import H100_SXM, make_gpus
+from fakes.nvml import fake_node
 from fakes.sim import load_scenario
+from fakes.sim.cli import score
 from fakes.sim.control import start_control
+from fakes.sim.decision_logs import read_file
 from fakes.sim.faults import FAULTS, FaultError
 from fakes.sim.harness import Harness, ServeOptions
+from fakes.sim.load import poll_timeout_note
 from fakes.sim.served_gpus import (
     STALE_AFTER_S,
     ServedNvml,
@@ -30,6 +36,7 @@ from fakes.sim.served_gpus import (
 )
 from fakes.sim.snmp_engine_agent import V3User
 from policies.model import Quality, Reading, SensorKind
+from tests.support.daemon_harness import config_text, running
 from tests.support.paths import SHARED_DATA
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_for_result, wait_until
@@ -430,3 +437,162 @@ secret_file = "{tmp_path / "key"}"
     finally:
         await cdu.close()
         await h.stop()
+
+
+async def test_stopping_the_staging_scheduler_makes_readyz_degraded_and_the_score_fail(
+    tmp_path: Path,
+) -> None:
+    scenario_file = tmp_path / "one-node.toml"
+    scenario_file.write_text(
+        """
+name = "one-node"
+description = "The daemon's node, drained while the scheduler is down."
+duration_s = 600
+[rack]
+nodes = ["gpu-node-07"]
+gpus_per_node = 2
+[expect]
+drained_nodes = ["gpu-node-07"]
+"""
+    )
+    scenario = load_scenario(str(scenario_file))
+    key = tmp_path / "webhook.key"
+    write_secret(key, "staging-webhook-key\n")  # the newline is stripped on both sides
+    h = Harness(
+        scenario,
+        ServeOptions(
+            state_dir=tmp_path / "sim",
+            pdu_port=0,
+            cdu_port=0,
+            scheduler_host="127.0.0.1",
+            webhook_secret=b"staging-webhook-key",
+        ),
+    )
+    await h.start()
+    nvml = fake_node()
+    for g in nvml.gpus:
+        g.temperature_c = 50.0
+    assert h.scheduler is not None
+    text = config_text(h.scheduler.url, key, scheduler_extra="undeliverable_after_s = 0.5")
+    try:
+        async with running(text, nvml) as daemon, aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{daemon.api_port}"
+
+            async def logged() -> list[tuple[float, str, str]]:
+                async with http.get(f"{base}/v1/decisions") as resp:
+                    (tmp_path / "log.json").write_bytes(await resp.read())
+                return read_file(tmp_path / "log.json")
+
+            async def problems() -> list[str]:
+                async with http.get(f"{base}/readyz") as resp:
+                    body = await resp.json()
+                    assert (resp.status == 200) == body["ready"]
+                    return list(body["problems"])
+
+            assert await problems() == []
+            h.apply("scheduler_down", {})
+            await wait_until(lambda: not h.scheduler_up, what="the scheduler stopping")
+            nvml.gpus[1].temperature_c = 86.0
+            await wait_until(lambda: daemon.engine.state.action.value == "drain", what="drain")
+            found = await wait_for_result(problems, bool, what="/readyz naming the drain")
+            assert "gpu-node-07 drain (decision #1) undeliverable for" in found[0]
+
+            result = score(scenario, await logged(), h.run_record())
+            assert not result.passed
+            lines = "\n".join(result.lines())
+            assert "judged on what the scheduler at http://127.0.0.1:" in lines
+            assert "gpu-node-07 expected drained: NEVER" in lines
+            assert "gpu-node-07 drain decided at" in lines
+            assert "NEVER REACHED A SCHEDULER" in lines
+            assert lines.endswith("FAIL")
+
+            h.apply("scheduler_up", {})
+            await wait_until(lambda: h.applied, timeout=30, what="the drain applied")
+            assert [(a["node"], a["action"]) for a in h.applied] == [("gpu-node-07", "drain")]
+            result = score(scenario, await logged(), h.run_record())
+            assert result.passed and not result.unapplied, result.lines()
+            await wait_until(lambda: daemon.view.readiness().ready, what="ready again")
+    finally:
+        await h.stop()
+    run = orjson.loads((tmp_path / "sim" / "run.json").read_bytes())
+    assert run["applied"][0]["action"] == "drain" and run["scheduler"]["up"] is False
+    assert [f["fault"] for f in run["faults"]] == ["scheduler_down", "scheduler_up"]
+
+
+async def test_scheduler_faults_without_a_scheduler_say_how_to_get_one(harness: Harness) -> None:
+    with pytest.raises(FaultError, match=r"serve runs no scheduler \(start it with --scheduler\)"):
+        harness.apply("scheduler_down", {})
+    assert harness.run_record()["scheduler"] is None
+
+
+async def test_a_host_that_cannot_keep_the_speed_invalidates_the_run_and_its_score(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    scenario = load_scenario(str(_scenario(tmp_path)))
+    options = ServeOptions(state_dir=tmp_path / "sim", speed=20.0, pdu_port=0, cdu_port=0)
+    h = Harness(scenario, options)
+    await h.start()
+    runner = asyncio.create_task(h.run())
+    try:
+        await asyncio.sleep(0.3)
+        time.sleep(0.6)  # noqa: ASYNC251 - the point: a stalled loop, 12 simulated seconds
+        await wait_until(lambda: h.load.invalid, what="the stall noticed")
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await h.stop()
+    assert h.load.invalid.startswith("the event loop lagged ")
+    assert h.load.invalid.endswith("(bound 0.25 s at x20): this host cannot keep x20")
+    assert "INVALID RUN: " in caplog.text  # said at once
+    run = orjson.loads((tmp_path / "sim" / "run.json").read_bytes())
+    assert run["invalid"] == h.load.invalid
+    result = score(scenario, [], run)
+    assert not result.passed
+    assert f"  run INVALID: {h.load.invalid}; lower --speed" in result.lines()
+
+
+def test_a_speed_past_what_a_host_meets_is_named_before_the_run() -> None:
+    assert poll_timeout_note(10.0) == ""  # 0.08 s timeouts
+    note = poll_timeout_note(40.0)
+    assert note.startswith("x40 gives the agents GPU poll timeouts of 0.020 s, below the 0.05 s")
+    assert "(x16 or less is safe)" in note
+
+
+async def test_the_run_record_lists_the_timelines_faults_beside_the_ones_played_by_hand(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "pump.toml"
+    path.write_text(
+        """
+name = "pump"
+description = "The pump fails at once."
+duration_s = 600
+[rack]
+nodes = ["a-01"]
+gpus_per_node = 1
+[[events]]
+at_s = 0
+kind = "job_start"
+target = "rack"
+[[events]]
+at_s = 0
+kind = "pump_fail"
+[[events]]
+at_s = 500
+kind = "pump_restore"
+[expect]
+"""
+    )
+    h = Harness(load_scenario(str(path)), ServeOptions(tmp_path / "sim", pdu_port=0, cdu_port=0))
+    await h.start()
+    try:
+        h.apply("pdu_garbage", {})
+        faults = h.run_record()["faults"]
+    finally:
+        await h.stop()
+    # The job start is load, not a fault; the restore at 500 s has not happened yet.
+    assert [(f["fault"], f.get("source")) for f in faults] == [
+        ("pump_fail", "timeline"),
+        ("pdu_garbage", None),
+    ]
+    assert faults[0]["t"] == 0.0 and faults[0]["params"]["target"] == "cdu"

@@ -15,6 +15,16 @@ by a ``test`` of its ``resourceVersion``; a concurrent change fails the test
 (422) or conflicts (409), and the change is rebuilt from a fresh read. Other
 taints are never dropped. The reason is recorded as the annotation
 ``rackguard.io/reason`` and, optionally, as an Event on the node.
+
+The *why* is also a Node Condition, ``RackguardThermal`` (the convention
+node-problem-detector, draino and medik8s share: a taint says whether a node
+is bad, a condition says why): ``True`` with reason ``ThermalDrain`` or
+``ThermalExclude`` and the decision's reason as message, ``False`` /
+``ThermalOK`` after a resume. It is written through the status subresource
+(``PATCH nodes/NAME/status``, a strategic merge on ``conditions`` by type, so
+the kubelet's own conditions are untouched); its ``lastTransitionTime`` moves
+only when its status does. Failing to write it fails nothing: a WARNING and a
+Warning Event on the node say so.
 """
 
 from __future__ import annotations
@@ -41,6 +51,35 @@ KEY_ANNOTATION = "rackguard.io/key"
 CORDONED_ANNOTATION = "rackguard.io/cordoned"
 EFFECT = {Action.DRAIN: "NoSchedule", Action.EXCLUDE: "NoExecute"}
 FOREIGN_CORDON = "cordoned outside rackguard"
+CONDITION_TYPE = "RackguardThermal"
+CONDITION_REASON = {
+    Action.DRAIN: "ThermalDrain",
+    Action.EXCLUDE: "ThermalExclude",
+    Action.RESUME: "ThermalOK",
+}
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+def _kube_time() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def condition_for(node: Mapping[str, Any], decision: Decision, now: str) -> dict[str, str]:
+    """The ``RackguardThermal`` condition a decision sets, its transition time kept if unchanged."""
+    status = "False" if decision.action is Action.RESUME else "True"
+    conditions = (node.get("status") or {}).get("conditions") or []
+    old = next(
+        (c for c in conditions if isinstance(c, dict) and c.get("type") == CONDITION_TYPE), {}
+    )
+    since = old.get("lastTransitionTime") if old.get("status") == status else None
+    return {
+        "type": CONDITION_TYPE,
+        "status": status,
+        "reason": CONDITION_REASON[decision.action],
+        "message": scheduler_reason(decision),
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": str(since or now),
+    }
 
 
 class KubernetesSink:
@@ -195,10 +234,49 @@ class KubernetesSink:
                 await self._record_event(node, decision)
             except DeliveryError as err:
                 log.warning("%s: could not record the Event: %s", name, err)
+        await self._set_condition(node, decision)
 
-    async def _record_event(self, node: Mapping[str, Any], decision: Decision) -> None:
+    async def _set_condition(self, node: Mapping[str, Any], decision: Decision) -> None:
+        """Write the RackguardThermal condition; a failure is a WARNING and a Warning Event."""
+        name = decision.node
+        condition = condition_for(node, decision, _kube_time())
+        path = f"/api/v1/nodes/{quote(name, safe='')}/status"
+        try:
+            status, body = await self._call(
+                "PATCH",
+                path,
+                {"status": {"conditions": [condition]}},
+                content_type=STRATEGIC_MERGE,
+            )
+        except DeliveryError as err:
+            status, body = 0, str(err)
+        if status == 200:
+            return
+        problem = node_error(f"PATCH node {name} status", status, body) if status else body
+        log.warning("%s: condition %s not set: %s", name, CONDITION_TYPE, problem)
+        if self._events:
+            try:
+                await self._record_event(
+                    node,
+                    decision,
+                    reason="RackguardConditionNotSet",
+                    message=f"condition {CONDITION_TYPE} not set: {problem}"[:1024],
+                    warning=True,
+                )
+            except DeliveryError as err:
+                log.warning("%s: could not record the Event: %s", name, err)
+
+    async def _record_event(
+        self,
+        node: Mapping[str, Any],
+        decision: Decision,
+        *,
+        reason: str = "",
+        message: str = "",
+        warning: bool = False,
+    ) -> None:
         meta = node.get("metadata", {})
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        now = _kube_time()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -208,9 +286,9 @@ class KubernetesSink:
                 "name": meta.get("name"),
                 "uid": meta.get("uid", ""),
             },
-            "reason": f"Rackguard{decision.action.value.capitalize()}",
-            "message": decision.reason,
-            "type": "Normal" if decision.action is Action.RESUME else "Warning",
+            "reason": reason or f"Rackguard{decision.action.value.capitalize()}",
+            "message": message or decision.reason,
+            "type": "Warning" if warning or decision.action is not Action.RESUME else "Normal",
             "source": {"component": "rackguard"},
             "firstTimestamp": now,
             "lastTimestamp": now,

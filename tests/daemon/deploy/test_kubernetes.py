@@ -45,6 +45,7 @@ def test_the_role_grants_what_the_sink_calls() -> None:
     assert {
         ("nodes", "get"),
         ("nodes", "patch"),
+        ("nodes/status", "patch"),
         ("pods", "list"),
         ("pods/eviction", "create"),
         ("events", "create"),

@@ -327,8 +327,8 @@ def test_state_body_is_cached_until_readings_change_or_it_ages() -> None:
         runners=list,
         store=store,
         engine=SimpleNamespace(last=None),  # type: ignore[arg-type]
-        decisions=stub,
-        deliverer=stub,
+        decisions=SimpleNamespace(latest=lambda node: None),  # type: ignore[arg-type]
+        deliverer=SimpleNamespace(read_back={}),  # type: ignore[arg-type]
         overrides=stub,
         events=EventHub(),
         simulated=False,

@@ -25,9 +25,10 @@ import pytest
 from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.config.outbox_path import MEMORY
 from daemon.delivery.notices import JobNote, Notice
-from daemon.delivery.outbox import DecisionStore, Pending, Status
+from daemon.delivery.outbox import DecisionStore, Pending, Row, Status
 from daemon.delivery.overrides import OverrideRequest, OverrideStore, parse_override
 from daemon.http.api import ApiContext, make_app
+from daemon.http.bodies import SchedulerState
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EVENT_DATA, EventHub, delivery_event
 from daemon.http.notice import Notice as NoticeBody
@@ -109,6 +110,11 @@ class FixedView:
 
     def problems(self) -> list[str]:
         return self.problem_list
+
+    def scheduler_state(self) -> SchedulerState:
+        return SchedulerState(
+            Action.DRAIN, Status.PENDING, 3, "unreachable: connection refused", "in service", 10.0
+        )
 
     def _cluster(self) -> ClusterStatus | None:
         return self.cluster
@@ -306,7 +312,8 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         hub = view.events
         hub.publish("assessment", GPU_A)
         hub.publish("decision", DRAIN)
-        hub.publish("delivery", delivery_event(DRAIN, Status.CONFIRMED, "read back"))
+        row = Row(7, DRAIN, DRAIN.key, "policy", Status.CONFIRMED, 1.0, "b", 2, outcome="read back")
+        hub.publish("delivery", delivery_event(row))
         hub.publish("override", await overrides.apply(parse_override(pin)))
         hub.publish("notice", NoticeBody.of(notices.notices[0]))
         frames = await _frames(http, base, hub.last_id)

@@ -270,3 +270,103 @@ def test_kubernetes_config_loads_and_names_problems(kube_toml: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(kube_toml + 'ca_file = "/nonexistent/ca.crt"\n')
     assert "scheduler.ca_file: file '/nonexistent/ca.crt' does not exist" in str(info.value)
+
+
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet ok"}
+
+
+def thermal(api: FakeKubeApi, node: str) -> dict[str, str] | None:
+    conditions = api.nodes[node].get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "RackguardThermal"), None)
+
+
+async def test_node_condition_says_why_on_drain_exclude_and_resume(
+    api: FakeKubeApi, sink: KubernetesSink
+) -> None:
+    api.nodes["node-a"]["status"] = {"conditions": [READY], "capacity": {"cpu": "64"}}
+    await sink.deliver(decision("node-a", Action.DRAIN))
+    cond = thermal(api, "node-a")
+    assert cond is not None
+    assert (cond["status"], cond["reason"]) == ("True", "ThermalDrain")
+    assert cond["message"] == "rackguard[gpu]: kube drain"
+    assert cond["lastTransitionTime"].endswith("Z") and cond["lastHeartbeatTime"]
+    # Through the status subresource, a strategic merge by type: the kubelet's kept.
+    (name, body), *_ = api.status_patches
+    assert name == "node-a" and list(body) == ["status"]
+    assert READY in api.nodes["node-a"]["status"]["conditions"]
+    assert api.nodes["node-a"]["status"]["capacity"] == {"cpu": "64"}
+
+    cond["lastTransitionTime"] = "2020-01-01T00:00:00Z"  # as if set long ago
+    await sink.deliver(decision("node-a", Action.EXCLUDE))
+    cond = thermal(api, "node-a")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("True", "ThermalExclude")
+    assert cond["lastTransitionTime"] == "2020-01-01T00:00:00Z"  # still True: no transition
+
+    await sink.deliver(decision("node-a", Action.RESUME))
+    cond = thermal(api, "node-a")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "ThermalOK")
+    assert cond["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+    assert [c["type"] for c in api.nodes["node-a"]["status"]["conditions"]] == [
+        "Ready",
+        "RackguardThermal",
+    ]
+
+
+async def draino_candidates(api: FakeKubeApi, conditions: set[str]) -> set[str]:
+    """What draino (--node-conditions) or a medik8s NodeHealthCheck selects: the nodes with
+    one of ``conditions`` at status True, read from the node list as they read it."""
+    async with (
+        ClientSession(headers={"Authorization": f"Bearer {api.token}"}) as http,
+        http.get(f"{api.url}/api/v1/nodes") as resp,
+    ):
+        items = (await resp.json())["items"]
+    return {
+        n["metadata"]["name"]
+        for n in items
+        for c in n.get("status", {}).get("conditions", [])
+        if c["type"] in conditions and c["status"] == "True"
+    }
+
+
+async def test_node_condition_is_what_a_draino_style_consumer_selects_on(
+    api: FakeKubeApi, sink: KubernetesSink
+) -> None:
+    wanted = {"RackguardThermal"}
+    assert await draino_candidates(api, wanted) == set()
+    await sink.deliver(decision("node-a", Action.DRAIN))
+    assert await draino_candidates(api, wanted) == {"node-a"}
+    await sink.deliver(decision("node-a", Action.RESUME))
+    assert await draino_candidates(api, wanted) == set()  # False: no longer selected
+
+
+async def test_node_condition_refused_is_a_warning_and_an_event_not_a_failed_drain(
+    api: FakeKubeApi, sink: KubernetesSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.forbid.add("patch nodes/status")  # a ClusterRole without nodes/status
+    await sink.deliver(decision("node-a", Action.DRAIN))
+    assert our_taints(api, "node-a") == ["NoSchedule"]  # the drain itself went through
+    assert thermal(api, "node-a") is None
+    assert "node-a: condition RackguardThermal not set: " in caplog.text
+    assert 'cannot patch resource "nodes/status"' in caplog.text
+    warning = [e for e in api.events if e["reason"] == "RackguardConditionNotSet"]
+    assert len(warning) == 1 and warning[0]["type"] == "Warning"
+    assert warning[0]["involvedObject"]["name"] == "node-a"
+
+
+async def test_node_condition_patch_must_be_a_strategic_merge_in_the_fake(
+    api: FakeKubeApi,
+) -> None:
+    headers = {"Authorization": f"Bearer {api.token}"}
+    async with ClientSession(headers=headers) as http:
+        url = f"{api.url}/api/v1/nodes/node-a/status"
+        async with http.patch(url, json={"status": {}}) as resp:
+            assert resp.status == 415  # application/json is not a patch type
+        body = b'{"status": {"conditions": [{"status": "True"}]}}'
+        smp = {"Content-Type": "application/strategic-merge-patch+json"}
+        async with http.patch(url, data=body, headers=smp) as resp:
+            assert resp.status == 422  # a condition without its merge key
+        delete = b'{"status": {"conditions": [{"type": "X", "$patch": "delete"}]}}'
+        async with http.patch(url, data=delete, headers=smp) as resp:
+            assert resp.status == 200
+        async with http.patch(f"{api.url}/api/v1/nodes/nope/status", data=body, headers=smp) as r:
+            assert r.status == 404
