@@ -24,6 +24,10 @@ class ClusterConfig:
     etcd_prefix: str = "/rackguard/"
     lease_ttl_s: int = bounded(10, ge=2, le=300)
     claim_timeout_s: float = bounded(1.0, gt=0, le=10)
+    # Full node reads per second the whole fleet may ask of the scheduler when each
+    # agent reads for itself (no etcd, or etcd away): an agent reads every
+    # max(view_interval_s, fleet size / this) seconds (docs/fleet.md).
+    view_budget_reads_per_s: float = bounded(0.5, gt=0, le=1000)
 
     def validate(self) -> Problems:
         """Endpoints are URLs, the prefix a directory, a claim shorter than the lease."""

@@ -14,6 +14,7 @@ from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.fleet import Fleet
 from daemon.cluster.leader import Feed, RackLeader
 from daemon.cluster.scheduler_view import SchedulerView
+from daemon.cluster.shared_view import SharedView
 from daemon.config import Config
 from daemon.service.engine import PolicyEngine
 from daemon.service.runner import SourceRunner
@@ -49,6 +50,12 @@ def build_fleet(
     ``lister``: the scheduler backend's node listing, where it has one.
     """
     c = config.cluster
+    agent = None
+    if c.etcd:
+        client = EtcdClient(c.etcd, timeout_s=c.claim_timeout_s)
+        agent = EtcdAgent(
+            client, config.node.name, prefix=c.etcd_prefix, lease_ttl_s=c.lease_ttl_s, rng=rng
+        )
     view = None
     if c.view_interval_s > 0 and lister is not None:
         s = engine.settings
@@ -58,12 +65,8 @@ def build_fleet(
             horizon_s=max(s.storm_window_s, s.resume_window_s),
             racks={**c.rack_of(), config.node.name: config.node.rack},
             rng=rng,
-        )
-    agent = None
-    if c.etcd:
-        client = EtcdClient(c.etcd, timeout_s=c.claim_timeout_s)
-        agent = EtcdAgent(
-            client, config.node.name, prefix=c.etcd_prefix, lease_ttl_s=c.lease_ttl_s, rng=rng
+            budget_reads_per_s=c.view_budget_reads_per_s,
+            shared=SharedView(agent) if agent is not None else None,
         )
     if view is None and agent is None:
         return None
