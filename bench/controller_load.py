@@ -53,6 +53,8 @@ LATENCY_TARGET = 1.2  # x idle
 ETCD_AGENTS = 1_000
 ETCD_TARGET = 0.10
 
+Load = Callable[[float, Callable[[float], bool]], Coroutine[object, None, None]]
+
 
 def fleet_rates(cluster: ClusterConfig, reconcile_s: float) -> dict[str, tuple[float, float]]:
     """Mode -> (full reads/s, one-node reads/s) of a 10,000-agent fleet at these settings."""
@@ -89,60 +91,68 @@ async def _run(argv: list[str], env: dict[str, str]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+SLICE_S = 2.0  # the latency probes alternate idle and loaded slices of this length
+
+
+def _loaded(t: float) -> bool:
+    return int(t / SLICE_S) % 2 == 1
+
+
 async def _at_rate(
-    rate: float, seconds: float, job: Callable[[], Coroutine[object, None, object]]
+    rate: float,
+    seconds: float,
+    job: Callable[[], Coroutine[object, None, object]],
+    when: Callable[[float], bool] = lambda t: True,
 ) -> int:
-    """``job`` at uniformly random times, ``rate`` per second on average, for ``seconds``."""
-    n = round(rate * seconds)
-    times = sorted(random.uniform(0, seconds) for _ in range(n))
+    """``job`` at uniformly random times, ``rate`` per second, for ``seconds`` where ``when``."""
+    times = sorted(random.uniform(0, seconds) for _ in range(round(rate * seconds)))
+    times = [t for t in times if when(t)]
     t0 = time.perf_counter()
     tasks: list[asyncio.Task[object]] = []
     for t in times:
         await asyncio.sleep(max(0.0, t0 + t - time.perf_counter()))
         tasks.append(asyncio.create_task(job()))
     await asyncio.gather(*tasks, return_exceptions=True)
-    return n
+    return len(times)
 
 
-class Phase:
-    """One phase: slurmctld CPU and NODE_INFO RPCs over it, drain and sbatch latencies in it."""
+async def _cpu_phase(
+    env: dict[str, str], pid: int, seconds: float, load: Load | None
+) -> tuple[float, int]:
+    """slurmctld's CPU-seconds and its NODE_INFO RPCs over ``seconds`` with ``load`` (or none)."""
+    await asyncio.to_thread(_quiet, pid)
+    await _run(["sdiag", "--reset"], env)
+    cpu0 = _cpu_s(pid)
+    await (load(seconds, lambda t: True) if load is not None else asyncio.sleep(seconds))
+    return _cpu_s(pid) - cpu0, await asyncio.to_thread(_sdiag_node_info, env)
 
-    def __init__(self, env: dict[str, str], pid: int, seconds: float) -> None:
-        self.env = env
-        self.pid = pid
-        self.seconds = seconds
-        self.cpu_s = 0.0
-        self.node_info = 0
-        self.drain_ms: list[float] = []
-        self.sbatch_ms: list[float] = []
 
-    async def run(
-        self, load: Callable[[], Coroutine[object, None, object]] | None, *, sample: bool
-    ) -> None:
-        """``seconds`` while ``load`` runs (None: idle), sampling latencies or not."""
-        await _run(["sdiag", "--reset"], self.env)
-        cpu0, t0 = _cpu_s(self.pid), time.perf_counter()
-        loader = asyncio.create_task(load()) if load is not None else None
-        flip = False
-        while time.perf_counter() - t0 < self.seconds:
-            if not sample:
-                await asyncio.sleep(self.seconds - (time.perf_counter() - t0))
-                continue
-            flip = not flip
-            state = ["state=drain", "reason=bench"] if flip else ["state=resume"]
-            argv = ["scontrol", "update", "nodename=gpu02", *state]
-            self.drain_ms.append(await _run(argv, self.env))
-            # Held: a job that ran would add its own scheduling and completion work.
-            sbatch = ["sbatch", "--hold", "-p", "gpu", "-o", "/dev/null", "--wrap", "true"]
-            self.sbatch_ms.append(await _run(sbatch, self.env))
-            await asyncio.sleep(0.4)
-        if loader is not None:
-            await loader
-        self.cpu_s = _cpu_s(self.pid) - cpu0
-        self.node_info = _sdiag_node_info(self.env)
-        if flip:
-            await _run(["scontrol", "update", "nodename=gpu02", "state=resume"], self.env)
-        await _run(["scancel", "--user=root"], self.env)
+async def _probe(
+    env: dict[str, str], pid: int, seconds: float, load: Load
+) -> dict[bool, tuple[list[float], list[float]]]:
+    """Drain and sbatch latencies, loaded -> (drain ms, sbatch ms), in alternating slices.
+
+    Idle and loaded samples interleave every ``SLICE_S``, so a drift in the
+    machine's other load falls on both alike.
+    """
+    await asyncio.to_thread(_quiet, pid)
+    out: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    loader = asyncio.create_task(load(2 * seconds, _loaded))
+    t0 = time.perf_counter()
+    flip = False
+    while (t := time.perf_counter() - t0) < 2 * seconds:
+        flip = not flip
+        drains, sbatches = out[_loaded(t)]
+        state = ["state=drain", "reason=bench"] if flip else ["state=resume"]
+        drains.append(await _run(["scontrol", "update", "nodename=gpu02", *state], env))
+        # Held: a job that ran would add its own scheduling and completion work.
+        sbatch = ["sbatch", "--hold", "-p", "gpu", "-o", "/dev/null", "--wrap", "true"]
+        sbatches.append(await _run(sbatch, env))
+        await asyncio.sleep(0.2)
+    await loader
+    await _run(["scontrol", "update", "nodename=gpu02", "state=resume"], env)
+    await _run(["scancel", "--user=root"], env)
+    return out
 
 
 async def _mode(
@@ -159,27 +169,20 @@ async def _mode(
             async with http.get(base + f"x{random.randint(1, HELD):05d}") as resp:
                 await resp.read()
 
-        async def load() -> None:
+        async def load(length: float, when: Callable[[float], bool]) -> None:
             full = ["scontrol", "-o", "show", "nodes"]
             await asyncio.gather(
-                _at_rate(full_rate, seconds, lambda: _run(full, env)),
-                _at_rate(one_rate, seconds, one_node),
+                _at_rate(full_rate, length, lambda: _run(full, env), when),
+                _at_rate(one_rate, length, one_node, when),
             )
 
-        # CPU without the latency probes (their own RPCs would blur it), then the probes.
-        quiet, busy, idle, loaded = (Phase(env, pid, seconds) for _ in range(4))
-        for phase, with_load, sample in (
-            (quiet, False, False),
-            (busy, True, False),
-            (idle, False, True),
-            (loaded, True, True),
-        ):
-            await asyncio.to_thread(_quiet, pid)
-            await phase.run(load if with_load else None, sample=sample)
-    cost = max(0.0, busy.cpu_s - quiet.cpu_s) / seconds
-    drain, drain0 = median(loaded.drain_ms), median(idle.drain_ms)
-    sbatch, sbatch0 = median(loaded.sbatch_ms), median(idle.sbatch_ms)
-    per_s = busy.node_info / seconds
+        quiet_cpu, _ = await _cpu_phase(env, pid, seconds, None)
+        busy_cpu, node_info = await _cpu_phase(env, pid, seconds, load)
+        lat = await _probe(env, pid, seconds, load)
+    cost = max(0.0, busy_cpu - quiet_cpu) / seconds
+    drain, drain0 = median(lat[True][0]), median(lat[False][0])
+    sbatch, sbatch0 = median(lat[True][1]), median(lat[False][1])
+    per_s = node_info / seconds
     return [
         Row(
             f"{name}: slurmctld CPU for 10,000 agents ({full_rate:.2g} full reads/s,"
@@ -187,7 +190,7 @@ async def _mode(
             cost * 100,
             "% of a core",
             "idle phase",
-            quiet.cpu_s / seconds * 100,
+            quiet_cpu / seconds * 100,
             f"<= {CPU_TARGET:.0%}",
             cost <= CPU_TARGET,
         ),
@@ -212,8 +215,19 @@ async def _mode(
     ]
 
 
-def _quiet(pid: int, limit: float = 0.02, timeout_s: float = 120.0) -> None:
-    """Wait for slurmctld's start-up work (it asks every node to register) to end."""
+def _registered(log: Path, timeout_s: float = 180.0) -> None:
+    """Wait for slurmctld's start-up round (it asks every node to register, ~0.3 core for
+    ~25 s with 10,000 silent nodes, starting some seconds after it answers)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "agent msg_type=1001 ran for" in log.read_text(errors="replace"):
+            return
+        time.sleep(1.0)
+    print("controller_load: slurmctld's registration round not seen; going on", file=sys.stderr)
+
+
+def _quiet(pid: int, limit: float = 0.02, timeout_s: float = 60.0) -> None:
+    """Wait until slurmctld is idle (under ``limit`` of a core over 2 s)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         c0 = _cpu_s(pid)
@@ -275,6 +289,7 @@ def measure(seconds: float = 20.0) -> list[Row]:
             rows.append(Row("controller rows skipped: no real Slurm (see stderr)", 0.0, ""))
         else:
             pid = int((work / "pids" / "slurmctld.pid").read_text())
+            _registered(work / "log" / "slurmctld.log")
             for name, r in rates.items():
                 rows += asyncio.run(_mode(values, pid, name, r, seconds))
     finally:

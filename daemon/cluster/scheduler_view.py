@@ -75,6 +75,7 @@ class SchedulerView:
         self.reads = 0  # full reads of the scheduler made by this agent (a metric)
         self._taken: tuple[int, int] | None = None  # the shared view's revisions taken
         self._last_error = ""
+        self._waiting: float | None = None  # since when a shared view is awaited
         # The first read falls anywhere in the first interval: a fleet started at once
         # spreads out. Then reads are due on the budget, each step jittered by 10 %.
         self._due = time.monotonic() + self._rng.uniform(0, interval_s)
@@ -189,7 +190,20 @@ class SchedulerView:
                         self._take(pub.racks, pub.out, pub.total, now)
                     self.read_at = now - pub.age_s
                     self._last_error = ""
+                    self._waiting = None
+                    if self._due <= now:
+                        # Should the shared view go, the agents' own reads fall anywhere
+                        # in one budgeted interval: the budget holds from the first.
+                        self._due = now + self._rng.uniform(0, self.budget_interval())
                     return
+                if shared.reader:
+                    # A reader is elected but has published nothing fresh (yet): wait for
+                    # it as long as a view may be old, then read on the budget.
+                    self._waiting = now if self._waiting is None else self._waiting
+                    if now - self._waiting < self._stale_s():
+                        return
+        if reading and self._due - now > self.interval_s:
+            self._due = now  # just elected: read now, not on a follower's budget
         if now < self._due:
             if self._last_error:
                 raise NodeReadError(self._last_error)  # still DOWN until the next due read
