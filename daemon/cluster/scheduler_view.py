@@ -180,6 +180,8 @@ class SchedulerView:
         now = time.monotonic()
         shared = self.shared
         reading = False
+        if shared is not None and not shared.active and shared.agent.failures == 0:
+            return  # etcd not tried yet: its view, not a read of our own, comes first
         if shared is not None and shared.active:
             reading = await shared.elect()
             if not reading:
@@ -196,12 +198,12 @@ class SchedulerView:
                         # in one budgeted interval: the budget holds from the first.
                         self._due = now + self._rng.uniform(0, self.budget_interval())
                     return
-                if shared.reader:
-                    # A reader is elected but has published nothing fresh (yet): wait for
-                    # it as long as a view may be old, then read on the budget.
-                    self._waiting = now if self._waiting is None else self._waiting
-                    if now - self._waiting < self._stale_s():
-                        return
+                # Another agent won the election (its key may not be mirrored yet) but
+                # has published nothing fresh: wait as long as a view may be old, then
+                # read on the budget.
+                self._waiting = now if self._waiting is None else self._waiting
+                if now - self._waiting < self._stale_s():
+                    return
         if reading and self._due - now > self.interval_s:
             self._due = now  # just elected: read now, not on a follower's budget
         if now < self._due:

@@ -102,7 +102,7 @@ class FleetCollector:
         self.fleet = fleet
 
     def collect(self) -> Iterator[Metric]:
-        """Degraded flag, etcd failures, claims granted and refused, scheduler view age."""
+        """Degraded flag, etcd failures, view reads and rejected views, claims granted/refused."""
         f = self.fleet
         yield GaugeMetricFamily(
             "rackguard_cluster_degraded",
@@ -115,6 +115,18 @@ class FleetCollector:
                 "Times etcd was found unreachable (the agent degraded).",
                 value=f.etcd.failures,
             )
+        if f.scheduler is not None:
+            yield CounterMetricFamily(
+                "rackguard_cluster_view_reads",
+                "Full node reads of the scheduler made by this agent (the cluster view).",
+                value=f.scheduler.reads,
+            )
+            if f.scheduler.shared is not None:
+                yield CounterMetricFamily(
+                    "rackguard_cluster_view_rejected",
+                    "Shared views in etcd that did not decode (ignored).",
+                    value=f.scheduler.shared.rejected,
+                )
         claims = CounterMetricFamily(
             "rackguard_cluster_claims", "Fleet claims, by outcome.", labels=["outcome"]
         )

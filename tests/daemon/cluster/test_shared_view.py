@@ -14,9 +14,12 @@ from adapters.schedulers.base import NodeView
 from adapters.schedulers.listing import ListedNode
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdClient
+from daemon.cluster.fleet import Fleet
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.cluster.shared_view import SharedView
+from daemon.service.cluster import FleetCollector
 from fakes.etcd_server import EtcdServer
+from policies.settings import PolicySettings
 from tests.support.wait import wait_until
 
 REASON = "rackguard[cooling_loop]: cooling loop failing"
@@ -42,14 +45,14 @@ class Listing:
 
 
 @dataclass
-class Fleet:
+class Agents:
     views: list[SchedulerView]
     listing: Listing
     tasks: dict[SchedulerView, list[asyncio.Task[None]]]
 
 
 @pytest.fixture
-async def fleet(etcd_server: EtcdServer, prefix: str) -> AsyncIterator[Fleet]:
+async def fleet(etcd_server: EtcdServer, prefix: str) -> AsyncIterator[Agents]:
     listing = Listing()
     agents = [
         EtcdAgent(EtcdClient([etcd_server.url]), n, prefix=prefix, lease_ttl_s=3)
@@ -69,7 +72,7 @@ async def fleet(etcd_server: EtcdServer, prefix: str) -> AsyncIterator[Fleet]:
         v: [asyncio.create_task(a.run()), asyncio.create_task(v.run())]
         for v, a in zip(views, agents, strict=True)
     }
-    yield Fleet(views, listing, tasks)
+    yield Agents(views, listing, tasks)
     every = [t for ts in tasks.values() for t in ts]
     for t in every:
         t.cancel()
@@ -84,7 +87,7 @@ def shared(v: SchedulerView) -> SharedView:
 
 
 async def test_one_reader_reads_the_rest_take_its_view_and_garbage_or_forgery_is_not_a_view(
-    fleet: Fleet,
+    fleet: Agents,
 ) -> None:
     views, listing = fleet.views, fleet.listing
     await wait_until(lambda: all(v.snapshot is not None for v in views), timeout=10)
@@ -126,6 +129,10 @@ async def test_one_reader_reads_the_rest_take_its_view_and_garbage_or_forgery_is
         snap = follower.snapshot
         assert snap is not None and "n1" not in snap.out and "zz" not in snap.out
     assert shared(follower).rejected >= 2  # the two that did not decode, counted
+    collector = FleetCollector(Fleet(agent.node, "r1", PolicySettings, scheduler=follower))
+    metrics = {m.name: m.samples[0].value for m in collector.collect() if m.samples}
+    assert metrics["rackguard_cluster_view_rejected"] == shared(follower).rejected
+    assert metrics["rackguard_cluster_view_reads"] == 0
     # The reader republishes on its next change; the follower takes it again.
     listing.held.add("n2")
     await wait_until(
@@ -135,7 +142,7 @@ async def test_one_reader_reads_the_rest_take_its_view_and_garbage_or_forgery_is
 
 
 async def test_a_dead_reader_is_replaced_within_its_lease_and_the_view_goes_on(
-    fleet: Fleet,
+    fleet: Agents,
 ) -> None:
     views, listing = fleet.views, fleet.listing
     await wait_until(lambda: all(v.snapshot is not None for v in views), timeout=10)
@@ -147,9 +154,10 @@ async def test_a_dead_reader_is_replaced_within_its_lease_and_the_view_goes_on(
     t0 = time.monotonic()
     listing.held.add("n1")
     await wait_until(
-        lambda: all(v.snapshot is not None and "n1" in v.snapshot.out for v in rest), timeout=8
+        lambda: all(v.snapshot is not None and "n1" in v.snapshot.out for v in rest), timeout=10
     )
-    # The lease's TTL, then the new reader's first read, published and watched.
-    assert time.monotonic() - t0 <= 3 + 2 * 0.4 + 1.0
+    # The lease's TTL, then the new reader's first read, published and watched (with
+    # room for a loaded 2-core machine).
+    assert time.monotonic() - t0 <= 3 + 2 * 0.4 + 2.0
     assert sum(shared(v).reading for v in rest) == 1
     assert sum(v.reads for v in rest) == sum(v.reads for v in rest if shared(v).reading)
