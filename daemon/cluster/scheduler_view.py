@@ -79,12 +79,12 @@ class SchedulerView:
         # The first read falls anywhere in the first interval: a fleet started at once
         # spreads out. Then reads are due on the budget, each step jittered by 10 %.
         self._due = time.monotonic() + self._rng.uniform(0, interval_s)
-        # A tick is cheap (a read only when one is due, the shared view a mirror look-up);
-        # a quarter interval keeps a due read at most that late.
+        # A tick is cheap (a read only when one is due, the shared view a mirror look-up):
+        # every quarter interval, or sooner when a read falls due before.
         self.poller = Poller(
             "cluster view",
             self._tick,
-            interval_s=interval_s / 4,
+            interval_s=lambda: max(0.01, min(interval_s / 4, self._due - time.monotonic())),
             failures=(NodeReadError,),
             on_change=self._changed,
             wake=shared.agent.changed if shared is not None else None,
@@ -210,8 +210,11 @@ class SchedulerView:
             if self._last_error:
                 raise NodeReadError(self._last_error)  # still DOWN until the next due read
             return
+        # The cluster's one reader reads at least every interval (a drain is seen within
+        # one); each agent on the budget jitters by 10 % either way, to spread them out.
+        jitter = self._rng.uniform(0.8, 1.0) if reading else self._rng.uniform(0.9, 1.1)
         step = self.interval_s if reading else self.budget_interval()
-        self._due = now + step * self._rng.uniform(0.9, 1.1)  # a failure waits as long
+        self._due = now + step * jitter  # a failure waits as long
         await self._read(shared if reading else None)
         if not reading:  # the budget for the size just read
             self._due = now + self.budget_interval() * self._rng.uniform(0.9, 1.1)
