@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from adapters.schedulers.listing import ListedNode
 from adapters.schedulers.slurm.auth import JwtToken
 from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.slurm.sink import SlurmSink
+from bench.delivery_latency import start_slurm, stop_slurm
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.scheduler_view import SchedulerView
@@ -157,3 +161,70 @@ async def test_with_etcd_one_agent_reads_and_a_peer_sees_a_drain_within_one_inte
         for a in agents:
             with contextlib.suppress(Exception):
                 await a.close()
+
+
+@pytest.fixture(scope="module")
+def big() -> Iterator[dict[str, str]]:
+    """A real slurmctld holding 10,002 nodes (10,000 never run a slurmd), for this module."""
+    if os.geteuid() != 0:
+        pytest.skip("the real-Slurm tests run as root (munged, slurmctld, slurmd); CI does")
+    work = Path(tempfile.mkdtemp(prefix="rg-slurm-big-", dir="/tmp"))
+    try:
+        values = start_slurm(work, who="test", nodes=2, extra_nodes=10_000)
+        assert values is not None, "scripts/start-slurm.sh failed (its stderr is above)"
+        yield values
+    finally:
+        stop_slurm(work)
+
+
+async def test_in_a_10000_node_cluster_with_etcd_a_peer_sees_a_drain_within_one_interval(
+    big: dict[str, str], etcd: EtcdServer
+) -> None:
+    interval = 2.0
+    conf = Path(big["SLURM_CONF"])
+    sink = SlurmSink(SlurmClient(None, slurm_conf=conf, timeout_s=30.0))  # scontrol
+    names = [f"x{i:05d}" for i in range(1, 21)]  # 20 agents of the 10,000
+    agents = [
+        EtcdAgent(EtcdClient([etcd.url], timeout_s=2.0), n, prefix="/t-big/", lease_ttl_s=5)
+        for n in names
+    ]
+    listers = [Counted(sink) for _ in names]
+    views = [
+        SchedulerView(lister, interval_s=interval, horizon_s=600.0, shared=SharedView(a))
+        for lister, a in zip(listers, agents, strict=True)
+    ]
+    tasks = [asyncio.create_task(a.run()) for a in agents]
+    tasks += [asyncio.create_task(v.run()) for v in views]
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    try:
+        await wait_until(lambda: all(v.snapshot is not None for v in views), timeout=30)
+        assert all(v.snapshot is not None and v.snapshot.total == 10_002 for v in views)
+        followers = [v for v in views if v.shared is not None and not v.shared.reading]
+        assert len(followers) == len(views) - 1
+        await asyncio.sleep(interval * 0.6)
+        drain = await asyncio.create_subprocess_exec(
+            "scontrol", "update", "nodename=x09999", "state=drain", f"reason={OURS}", env=env
+        )
+        assert await drain.wait() == 0
+        t0 = time.monotonic()
+        await wait_until(
+            lambda: all("x09999" in (f.snapshot.out if f.snapshot else {}) for f in followers),
+            timeout=10,
+        )
+        seen_after = time.monotonic() - t0
+        # At most one interval to the reader's next read, then the read (~0.3 s of
+        # scontrol and parsing for 10,002 nodes here) and the watch.
+        assert seen_after <= interval + 1.5, seen_after
+        assert sum(c.reads for c in listers) == sum(
+            c.reads for c, v in zip(listers, views, strict=True) if v not in followers
+        )
+        out = followers[0].snapshot.out["x09999"] if followers[0].snapshot else None
+        assert out is not None and out.rack == "r250"
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for a in agents:
+            with contextlib.suppress(Exception):
+                await a.close()
+        await sink.close()
