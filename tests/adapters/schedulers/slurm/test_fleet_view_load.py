@@ -115,15 +115,15 @@ def etcd() -> Iterator[EtcdServer]:
     server.close()
 
 
-async def test_with_etcd_one_agent_reads_and_a_peer_sees_a_drain_within_one_interval(
-    clean: Cluster, sinks: list[SlurmSink], etcd: EtcdServer
-) -> None:
-    interval = 1.0
+@contextlib.asynccontextmanager
+async def shared_fleet(
+    listers: list[Counted], names: list[str], url: str, prefix: str, interval: float, ttl: int
+) -> AsyncIterator[list[SchedulerView]]:
+    """One etcd agent and scheduler view per name, running until the block ends."""
     agents = [
-        EtcdAgent(EtcdClient([etcd.url], timeout_s=2.0), n, prefix="/t-view/", lease_ttl_s=3)
-        for n in NODES
+        EtcdAgent(EtcdClient([url], timeout_s=2.0), n, prefix=prefix, lease_ttl_s=ttl)
+        for n in names
     ]
-    listers = [Counted(s) for s in sinks]
     views = [
         SchedulerView(lister, interval_s=interval, horizon_s=600.0, shared=SharedView(a))
         for lister, a in zip(listers, agents, strict=True)
@@ -131,6 +131,22 @@ async def test_with_etcd_one_agent_reads_and_a_peer_sees_a_drain_within_one_inte
     tasks = [asyncio.create_task(a.run()) for a in agents]
     tasks += [asyncio.create_task(v.run()) for v in views]
     try:
+        yield views
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for a in agents:
+            with contextlib.suppress(Exception):
+                await a.close()
+
+
+async def test_with_etcd_one_agent_reads_and_a_peer_sees_a_drain_within_one_interval(
+    clean: Cluster, sinks: list[SlurmSink], etcd: EtcdServer
+) -> None:
+    interval = 1.0
+    listers = [Counted(s) for s in sinks]
+    async with shared_fleet(listers, list(NODES), etcd.url, "/t-view/", interval, 3) as views:
         await wait_until(lambda: all(v.snapshot is not None for v in views), timeout=10)
         readers = [v for v in views if v.shared is not None and v.shared.reading]
         assert len(readers) == 1
@@ -154,13 +170,6 @@ async def test_with_etcd_one_agent_reads_and_a_peer_sees_a_drain_within_one_inte
         for f in followers:
             out = f.snapshot.out[target] if f.snapshot else None
             assert out is not None and out.domain.value == "gpu" and out.rack == ""
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for a in agents:
-            with contextlib.suppress(Exception):
-                await a.close()
 
 
 @pytest.fixture(scope="module")
@@ -184,47 +193,32 @@ async def test_in_a_10000_node_cluster_with_etcd_a_peer_sees_a_drain_within_one_
     conf = Path(big["SLURM_CONF"])
     sink = SlurmSink(SlurmClient(None, slurm_conf=conf, timeout_s=30.0))  # scontrol
     names = [f"x{i:05d}" for i in range(1, 21)]  # 20 agents of the 10,000
-    agents = [
-        EtcdAgent(EtcdClient([etcd.url], timeout_s=2.0), n, prefix="/t-big/", lease_ttl_s=5)
-        for n in names
-    ]
     listers = [Counted(sink) for _ in names]
-    views = [
-        SchedulerView(lister, interval_s=interval, horizon_s=600.0, shared=SharedView(a))
-        for lister, a in zip(listers, agents, strict=True)
-    ]
-    tasks = [asyncio.create_task(a.run()) for a in agents]
-    tasks += [asyncio.create_task(v.run()) for v in views]
     env = dict(os.environ, SLURM_CONF=str(conf))
     try:
-        await wait_until(lambda: all(v.snapshot is not None for v in views), timeout=30)
-        assert all(v.snapshot is not None and v.snapshot.total == 10_002 for v in views)
-        followers = [v for v in views if v.shared is not None and not v.shared.reading]
-        assert len(followers) == len(views) - 1
-        await asyncio.sleep(interval * 0.6)
-        drain = await asyncio.create_subprocess_exec(
-            "scontrol", "update", "nodename=x09999", "state=drain", f"reason={OURS}", env=env
-        )
-        assert await drain.wait() == 0
-        t0 = time.monotonic()
-        await wait_until(
-            lambda: all("x09999" in (f.snapshot.out if f.snapshot else {}) for f in followers),
-            timeout=10,
-        )
-        seen_after = time.monotonic() - t0
-        # At most one interval to the reader's next read, then the read (~0.3 s of
-        # scontrol and parsing for 10,002 nodes here) and the watch.
-        assert seen_after <= interval + 1.5, seen_after
-        assert sum(c.reads for c in listers) == sum(
-            c.reads for c, v in zip(listers, views, strict=True) if v not in followers
-        )
-        out = followers[0].snapshot.out["x09999"] if followers[0].snapshot else None
-        assert out is not None and out.rack == "r250"
+        async with shared_fleet(listers, names, etcd.url, "/t-big/", interval, 5) as views:
+            await wait_until(lambda: all(v.snapshot is not None for v in views), timeout=30)
+            assert all(v.snapshot is not None and v.snapshot.total == 10_002 for v in views)
+            followers = [v for v in views if v.shared is not None and not v.shared.reading]
+            assert len(followers) == len(views) - 1
+            await asyncio.sleep(interval * 0.6)
+            drain = await asyncio.create_subprocess_exec(
+                "scontrol", "update", "nodename=x09999", "state=drain", f"reason={OURS}", env=env
+            )
+            assert await drain.wait() == 0
+            t0 = time.monotonic()
+            await wait_until(
+                lambda: all("x09999" in (f.snapshot.out if f.snapshot else {}) for f in followers),
+                timeout=10,
+            )
+            seen_after = time.monotonic() - t0
+            # At most one interval to the reader's next read, then the read (~0.3 s of
+            # scontrol and parsing for 10,002 nodes here) and the watch.
+            assert seen_after <= interval + 1.5, seen_after
+            assert sum(c.reads for c in listers) == sum(
+                c.reads for c, v in zip(listers, views, strict=True) if v not in followers
+            )
+            out = followers[0].snapshot.out["x09999"] if followers[0].snapshot else None
+            assert out is not None and out.rack == "r250"
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for a in agents:
-            with contextlib.suppress(Exception):
-                await a.close()
         await sink.close()
