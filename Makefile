@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench setup clean test-deps constraints native
+.PHONY: demo test lint typecheck unit bench setup clean test-deps constraints
 
 setup: $(STAMP)
 
@@ -17,15 +17,6 @@ $(STAMP): pyproject.toml rackguard-sim/pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]' -e ./rackguard-sim
 	@touch $(STAMP)
 
-# The policy's hot modules compiled by mypyc (policies/native.py): used only while
-# they match the sources, so this rebuilds whenever a policy module changes.
-NATIVE := build/native/manifest.json
-native: $(NATIVE)
-
-$(NATIVE): $(STAMP) $(wildcard policies/*.py) scripts/build_native.py
-	@./scripts/install-build-tools.sh $(BIN)/python
-	$(BIN)/python scripts/build_native.py
-
 demo: $(STAMP)
 	$(BIN)/rackguard-sim demo $(DEMO_ARGS)
 
@@ -35,18 +26,17 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
-	$(BIN)/mypy scripts/build_native.py
 
 # Debian packages and services the tests use (systemd-analyze, snmpd, Slurm, ...).
 test-deps:
 	@./scripts/install-test-deps.sh
 
-unit: $(STAMP) test-deps $(NATIVE)
+unit: $(STAMP) test-deps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
-bench: $(STAMP) $(NATIVE)
+bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 constraints: $(STAMP)
@@ -56,4 +46,4 @@ constraints: $(STAMP)
 	  $(BIN)/pip freeze --all --exclude-editable --exclude pip | LC_ALL=C sort -f; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/native
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

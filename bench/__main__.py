@@ -14,6 +14,7 @@ from bench import (
     notice_latency,
     notice_rest,
     opcua_cost,
+    replay_shards,
     replay_speed,
     scoring,
     snmp_cost,
@@ -58,7 +59,7 @@ def main() -> None:
         "snmp": snmp_cost.measure,
         "api": api_rps.measure,
         "scoring": scoring.measure,
-        "replay": replay_speed.measure,
+        "replay": lambda: replay_speed.measure() + replay_shards.measure(),
         "fleet": fleet_cost.measure,
         "controller": controller_load.measure,
     }

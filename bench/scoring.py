@@ -34,12 +34,12 @@ from bench.report import Row
 from fakes.sim import list_scenarios, load_scenario
 from fakes.sim.scoring import DecisionScore, first_crossing, onset
 from fakes.sim.trace_writer import scenario_readings
+from policies.kernel.buckets import BucketWindow
 from policies.model import Action, Quality, Reading, SensorKind
 from policies.replay import replay_readings
 from policies.settings import PolicySettings
 from policies.trace import Header
 from policies.tracking import Tracker
-from policies.window import BucketWindow
 
 HORIZONS = (60.0, 300.0)
 SLOW_EVENTS = ("chiller-loss",)  # GPU crossing drained 1x-2x lead_time_s ahead

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -35,12 +36,22 @@ def _free_port() -> int:
 class EtcdServer:
     """One etcd member on 127.0.0.1."""
 
-    def __init__(self, data_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        tls_args: tuple[str, ...] = (),
+        health_tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """``tls_args``: etcd's --cert-file/--key-file/... flags; the URL is then https://."""
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="rackguard-etcd-")
         self.data_dir = data_dir or Path(self._tmp.name if self._tmp else ".")
         self.client_port = _free_port()
         self.peer_port = _free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if tls_args else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        self._tls_args = tls_args
+        self._health_tls = health_tls
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / "etcd.log"
 
@@ -59,6 +70,7 @@ class EtcdServer:
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=default={peer}",
                     "--log-level=warn",
+                    *self._tls_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -76,7 +88,9 @@ class EtcdServer:
     def healthy(self) -> bool:
         """GET /health says true."""
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=1.0) as resp:
+            with urllib.request.urlopen(
+                self.url + "/health", timeout=1.0, context=self._health_tls
+            ) as resp:
                 return b'"true"' in resp.read()
         except (urllib.error.URLError, OSError):
             return False
@@ -84,6 +98,11 @@ class EtcdServer:
     def pid(self) -> int | None:
         """The server's process id (for CPU accounting)."""
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def wipe(self) -> None:
+        """Stopped, lose every key and lease (a member rebuilt from nothing)."""
+        assert self.proc is None, "stop() first"
+        shutil.rmtree(self.data_dir / "member-data", ignore_errors=True)
 
     def stop(self) -> None:
         """Stop the member; the data stays for a restart."""

@@ -27,7 +27,26 @@ It enforces the semantics a careless client gets wrong:
   evicts, 404 for a pod that is gone; an evicted pod is deleted, or only marked
   terminating (``deletionTimestamp``) with ``keep_terminating``;
 - a missing or wrong bearer token is 401; ``forbid`` ("patch nodes",
-  "create pods/eviction", ...) is RBAC's 403 in the server's words.
+  "create pods/eviction", ...) is RBAC's 403 in the server's words;
+- a pod's annotations may hold 256 KiB in all (keys and values): a patch that
+  would make them larger is 422 "Too long" (apimachinery
+  ``pkg/api/validation/objectmeta.go`` ValidateAnnotations,
+  ``TotalAnnotationSizeLimitB = 256 * (1 << 10)``);
+- an Eviction of a pod that two PodDisruptionBudgets select is 500
+  InternalError "This pod has more than one PodDisruptionBudget, which the
+  eviction subresource does not support." (kubernetes
+  ``pkg/registry/core/pod/storage/eviction.go``);
+- ``deny_namespaces`` (namespace -> words) is a validating admission webhook
+  that denies pod patches and evictions there: 403 ``admission webhook "NAME"
+  denied the request: WORDS`` (apiserver ``pkg/admission/plugin/webhook/errors``
+  ToStatusErr; a webhook that sets no code gets 403);
+- a node's labels are validated as the API server does (apimachinery
+  ``pkg/apis/meta/v1/validation`` ValidateLabels: IsQualifiedName for the key,
+  IsValidLabelValue for the value, ``pkg/util/validation/validation.go``): a
+  patch leaving an invalid one is 422 Invalid, with the field's words;
+- ``GET /apis/apps/v1/namespaces/NS/daemonsets/NAME`` serves the DaemonSets
+  ``add_pod(daemonset=True)`` made (``daemonsets``), as ``kubectl drain`` reads
+  them (kubectl ``pkg/drain/filters.go`` daemonSetFilter).
 
 Fault controls: ``race_next_patch`` changes the node (adds a taint of its own)
 just before the next PATCH is applied, as another controller would;
@@ -40,6 +59,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -154,27 +174,62 @@ def _apply_patch(ctype: str, doc: dict[str, Any], body: Any) -> dict[str, Any] |
     return _status(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
 
 
+ANNOTATIONS_LIMIT = 256 * 1024  # apimachinery TotalAnnotationSizeLimitB
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def label_problem(key: str, value: Any) -> str:
+    """The API server's words against one label ("" if none): key and value checks."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key:
+        if not prefix:
+            return "prefix part must be non-empty"
+        if len(prefix) > 253:
+            return "prefix part must be no more than 253 characters"
+        if not all(_DNS1123_LABEL.match(part) for part in prefix.split(".")):
+            return "prefix part a lowercase RFC 1123 subdomain must consist of lower case" + (
+                " alphanumeric characters, '-' or '.'"
+            )
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _QUALIFIED_NAME.match(name):
+        return "name part must consist of alphanumeric characters, '-', '_' or '.'"
+    if not isinstance(value, str):
+        return "a label value must be a string"
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if value and not _QUALIFIED_NAME.match(value):
+        return "a valid label must be an empty string or consist of alphanumeric characters"
+    return ""
+
+
 ACCOUNT = "system:serviceaccount:rackguard:rackguard"
-# Each route as RBAC sees it: (verb, resource), as a ClusterRole grants it.
+# Each route as RBAC sees it: (API group, verb, resource), as a ClusterRole grants it.
 RBAC = {
-    ("GET", "/api/v1/nodes"): ("list", "nodes"),
-    ("GET", "/api/v1/nodes/{name}"): ("get", "nodes"),
-    ("PATCH", "/api/v1/nodes/{name}"): ("patch", "nodes"),
-    ("GET", "/api/v1/pods"): ("list", "pods"),
-    ("PATCH", "/api/v1/namespaces/{ns}/pods/{name}"): ("patch", "pods"),
-    ("POST", "/api/v1/namespaces/{ns}/pods/{name}/eviction"): ("create", "pods/eviction"),
-    ("POST", "/api/v1/namespaces/{ns}/events"): ("create", "events"),
+    ("GET", "/api/v1/nodes"): ("", "list", "nodes"),
+    ("GET", "/api/v1/nodes/{name}"): ("", "get", "nodes"),
+    ("PATCH", "/api/v1/nodes/{name}"): ("", "patch", "nodes"),
+    ("GET", "/api/v1/pods"): ("", "list", "pods"),
+    ("PATCH", "/api/v1/namespaces/{ns}/pods/{name}"): ("", "patch", "pods"),
+    ("POST", "/api/v1/namespaces/{ns}/pods/{name}/eviction"): ("", "create", "pods/eviction"),
+    ("POST", "/api/v1/namespaces/{ns}/events"): ("", "create", "events"),
+    ("GET", "/apis/apps/v1/namespaces/{ns}/daemonsets/{name}"): ("apps", "get", "daemonsets"),
 }
 
 
-def _forbidden(verb: str, resource: str, name: str, namespace: str = "") -> web.Response:
+def _forbidden(
+    verb: str, resource: str, name: str, namespace: str = "", group: str = ""
+) -> web.Response:
     kind = resource.split("/", maxsplit=1)[0]
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     return _status(
         403,
         "Forbidden",
         f'{kind} "{name}" is forbidden: User "{ACCOUNT}" cannot {verb} resource '
-        f'"{resource}" in API group "" {scope}',
+        f'"{resource}" in API group "{group}" {scope}',
         {"name": name, "kind": kind},
     )
 
@@ -207,10 +262,13 @@ class FakeKubeApi:
     before_next_patch: Callable[[str], None] | None = None  # run once before the next patch
     forbid_patch: bool = False  # RBAC: the account may not patch nodes
     forbid: set[str] = field(default_factory=set)  # RBAC: "patch pods", "create pods/eviction"
-    used: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) asked for
+    used: set[tuple[str, str, str]] = field(default_factory=set)  # (group, verb, resource) asked
     keep_terminating: bool = False  # an evicted pod stays, terminating, until removed
     expire_continue: int = 0  # the next N continue tokens answer 410 Gone
     before_next_evict: Callable[[str, str], None] | None = None  # run once, with ns and name
+    deny_namespaces: dict[str, str] = field(default_factory=dict)  # admission webhook: ns -> why
+    daemonsets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    node_reads: int = 0  # GET of one node: what steering's reads cost the API server
     resource_version: int = 100
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -267,6 +325,11 @@ class FakeKubeApi:
         }
         if daemonset:
             owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds"}
+            self.daemonsets[(namespace, "ds")] = {
+                "kind": "DaemonSet",
+                "apiVersion": "apps/v1",
+                "metadata": {"name": "ds", "namespace": namespace, "uid": "uid-ds"},
+            }
         else:
             owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs"}
         meta["ownerReferences"] = [{**owner, "uid": f"uid-{owner['name']}", "controller": True}]
@@ -324,6 +387,7 @@ class FakeKubeApi:
         app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self._patch_pod)
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/eviction", self._evict)
         app.router.add_post("/api/v1/namespaces/{ns}/events", self._event)
+        app.router.add_get("/apis/apps/v1/namespaces/{ns}/daemonsets/{name}", self._get_daemonset)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)
@@ -356,6 +420,7 @@ class FakeKubeApi:
 
     async def _get_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        self.node_reads += 1
         if name not in self.nodes:
             return _status(404, "NotFound", f'nodes "{name}" not found')
         return self._json(self.nodes[name])
@@ -401,6 +466,14 @@ class FakeKubeApi:
             )
         if patched.get("metadata", {}).get("name") != name:
             return _status(422, "Invalid", "metadata.name is immutable")
+        for key, value in (patched["metadata"].get("labels") or {}).items():
+            problem = label_problem(str(key), value)
+            if problem:
+                return _status(
+                    422,
+                    "Invalid",
+                    f'Node "{name}" is invalid: metadata.labels: Invalid value: "{key}": {problem}',
+                )
         patched["metadata"]["resourceVersion"] = self._bump()
         self.nodes[name] = patched
         return self._json(patched)
@@ -444,6 +517,8 @@ class FakeKubeApi:
         ns, name = request.match_info["ns"], request.match_info["name"]
         if "patch pods" in self.forbid:
             return _forbidden("patch", "pods", name, ns)
+        if ns in self.deny_namespaces:
+            return self._denied(ns)
         pod = self.pods.get((ns, name))
         if pod is None:
             return _not_found("pods", name)
@@ -474,6 +549,14 @@ class FakeKubeApi:
                 " `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing"
                 " tolerations), `spec.terminationGracePeriodSeconds`",
             )
+        annotations = patched["metadata"].get("annotations") or {}
+        if sum(len(k) + len(str(v)) for k, v in annotations.items()) > ANNOTATIONS_LIMIT:
+            return _status(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: metadata.annotations: Too long: must have at most'
+                f" {ANNOTATIONS_LIMIT} bytes",
+            )
         if patched == pod:  # a patch that changes nothing (a "test") changes no version
             return self._json(pod)
         patched["metadata"]["resourceVersion"] = self._bump()
@@ -485,6 +568,9 @@ class FakeKubeApi:
         if "create pods/eviction" in self.forbid:
             self.evictions.append((ns, name, 403))
             return _forbidden("create", "pods/eviction", name, ns)
+        if ns in self.deny_namespaces:
+            self.evictions.append((ns, name, 403))
+            return self._denied(ns)
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -515,23 +601,30 @@ class FakeKubeApi:
                 f" precondition: {wanted}, UID in object meta: {pod['metadata']['uid']}",
             )
         labels = pod["metadata"].get("labels", {})
-        for budget in self.budgets:
-            k, v = budget.label
-            if labels.get(k) == v:
-                if budget.disruptions_allowed <= 0:
-                    self.evictions.append((ns, name, 429))
-                    cause = {
-                        "reason": "DisruptionBudget",
-                        "message": f"The disruption budget {v}-pdb needs 1 healthy pods "
-                        "and has 1 currently",
-                    }
-                    return _status(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {"causes": [cause]},
-                    )
-                budget.disruptions_allowed -= 1
+        covering = [b for b in self.budgets if labels.get(b.label[0]) == b.label[1]]
+        if len(covering) > 1:
+            self.evictions.append((ns, name, 500))
+            return _status(
+                500,
+                "InternalError",
+                "Internal error occurred: This pod has more than one PodDisruptionBudget,"
+                " which the eviction subresource does not support.",
+            )
+        for budget in covering:
+            if budget.disruptions_allowed <= 0:
+                self.evictions.append((ns, name, 429))
+                cause = {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {budget.label[1]}-pdb needs 1 healthy pods "
+                    "and has 1 currently",
+                }
+                return _status(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {"causes": [cause]},
+                )
+            budget.disruptions_allowed -= 1
         if self.keep_terminating:
             pod["metadata"]["deletionTimestamp"] = time.strftime(
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
@@ -541,6 +634,28 @@ class FakeKubeApi:
         self.evictions.append((ns, name, 201))
         done = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
         return self._json({**done, "code": 201}, 201)
+
+    def _denied(self, ns: str) -> web.Response:
+        return _status(
+            403,
+            "Forbidden",
+            f'admission webhook "policy.{ns}.example.com" denied the request:'
+            f" {self.deny_namespaces[ns]}",
+        )
+
+    async def _get_daemonset(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if "get daemonsets" in self.forbid:
+            return _forbidden("get", "daemonsets", name, ns, group="apps")
+        ds = self.daemonsets.get((ns, name))
+        if ds is None:
+            return _status(
+                404,
+                "NotFound",
+                f'daemonsets.apps "{name}" not found',
+                {"name": name, "group": "apps", "kind": "daemonsets"},
+            )
+        return self._json(ds)
 
     async def _event(self, request: web.Request) -> web.Response:
         ns = request.match_info["ns"]

@@ -17,28 +17,17 @@ Pure: samples and their timestamps in, numbers out. Same input, same output.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import TYPE_CHECKING
 
-from policies.search import NATIVE, left
-from policies.window import Bucket, BucketWindow
-
-# Packed vectors of doubles, which mypyc compiles natively: only PackedSlopes uses them.
-# A node without the build tools (librt comes with mypy) runs SortedSlopes instead.
-with contextlib.suppress(ImportError):
-    from librt.vecs import append, vec
-
-if TYPE_CHECKING:
-    from mypy_extensions import i64
+from policies.kernel import SlopeStore
+from policies.kernel.buckets import Bucket, BucketWindow
+from policies.kernel.slopes import SortedSlopes, pair_slopes, sen
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Trend:
     """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
 
@@ -49,25 +38,6 @@ class Trend:
     t_ref: float
     n: int
     span_s: float
-
-    def __init__(
-        self,
-        slope: float,
-        lo: float,
-        hi: float,
-        level: float,
-        t_ref: float,
-        n: int,
-        span_s: float,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "slope", slope)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-        object.__setattr__(self, "level", level)
-        object.__setattr__(self, "t_ref", t_ref)
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "span_s", span_s)
 
     def at(self, t: float) -> float:
         """The fitted value at time ``t``."""
@@ -94,20 +64,11 @@ def z_for(confidence: float) -> float:
     return NormalDist().inv_cdf(confidence)
 
 
-def _pair_slopes(points: list[Bucket]) -> list[float]:
-    """Every pair's slope, later bucket over earlier, in pair order (unsorted)."""
-    out: list[float] = []
-    for i, a in enumerate(points):
-        t, y = a.t, a.value
-        out += [(b.value - y) / (b.t - t) for b in points[i + 1 :] if b.t > t]
-    return out
-
-
 def theil_sen(points: list[Bucket], z: float) -> Trend | None:
     """Median pairwise slope with Sen's one-sided bounds at quantile ``z``; None under 3 points."""
     if len(points) < 3:
         return None
-    return theil_sen_of(points, _pair_slopes(points), z)
+    return theil_sen_of(points, pair_slopes(points), z)
 
 
 def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend | None:
@@ -116,27 +77,8 @@ def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend |
     if n < 3 or len(slopes) < 3:
         return None
     slopes.sort()
-    slope, lo, hi = _sen(n, slopes, z)
+    slope, lo, hi = sen(n, slopes, z)
     return _line(points, slope, lo, hi)
-
-
-@lru_cache(maxsize=256)
-def _ranks(n: int, m: int, z: float) -> tuple[int, int]:
-    # Sen (1968): the bounds are order statistics of the pairwise slopes, at ranks
-    # (N -+ z * sd(S)) / 2 with Var(S) = n(n-1)(2n+5)/18 (Kendall's S, no ties).
-    c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    lo_i = min(m - 1, max(0, math.floor((m - c) / 2.0) - 1))
-    hi_i = min(m - 1, max(0, math.ceil((m + c) / 2.0)))
-    return lo_i, hi_i
-
-
-def _sen(n: int, slopes: list[float], z: float) -> tuple[float, float, float]:
-    """The median slope and Sen's bounds of ``n`` points from their sorted pairwise slopes."""
-    m = len(slopes)
-    mid = m // 2
-    slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
-    lo_i, hi_i = _ranks(n, m, z)
-    return slope, slopes[lo_i], slopes[hi_i]
 
 
 def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
@@ -149,7 +91,7 @@ def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
     return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class TimeToThreshold:
     """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
 
@@ -159,12 +101,6 @@ class TimeToThreshold:
     point_s: float | None
     early_s: float | None
     late_s: float | None
-
-    def __init__(self, point_s: float | None, early_s: float | None, late_s: float | None) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "point_s", point_s)
-        object.__setattr__(self, "early_s", early_s)
-        object.__setattr__(self, "late_s", late_s)
 
 
 def time_to_threshold(
@@ -184,6 +120,7 @@ def time_to_threshold(
     )
 
 
+@dataclass(slots=True, eq=False)
 class SkillTracker:
     """Scores a forecaster against persistence at one horizon over the last ``keep`` verdicts.
 
@@ -191,24 +128,17 @@ class SkillTracker:
     forecasts that have come due with the value observed then. O(1) per call.
     """
 
-    __slots__ = (
-        "_keep",
-        "_margin",
-        "_pending",
-        "_scores",
-        "horizon_s",
-        "sum_forecast",
-        "sum_persistence",
-    )
+    horizon_s: float
+    keep: int
+    max_pending: int
+    margin: float  # trust needs errors this much below persistence's
+    sum_forecast: float = field(default=0.0, init=False)
+    sum_persistence: float = field(default=0.0, init=False)
+    _pending: deque[tuple[float, float, float]] = field(init=False)
+    _scores: deque[tuple[float, float]] = field(init=False, default_factory=deque)
 
-    def __init__(self, horizon_s: float, keep: int, max_pending: int, margin: float) -> None:
-        self.horizon_s = horizon_s
-        self._keep = keep
-        self._margin = margin
-        self._pending: deque[tuple[float, float, float]] = deque(maxlen=max_pending)
-        self._scores: deque[tuple[float, float]] = deque()
-        self.sum_forecast = 0.0
-        self.sum_persistence = 0.0
+    def __post_init__(self) -> None:
+        self._pending = deque(maxlen=self.max_pending)
 
     def record(self, t: float, forecast: float, persisted: float) -> None:
         """A forecast made at ``t`` (and the persistence forecast made with it)."""
@@ -223,7 +153,7 @@ class SkillTracker:
             self._scores.append(verdict)
             self.sum_forecast += verdict[0]
             self.sum_persistence += verdict[1]
-            if len(self._scores) > self._keep:
+            if len(self._scores) > self.keep:
                 old_f, old_p = self._scores.popleft()
                 self.sum_forecast -= old_f
                 self.sum_persistence -= old_p
@@ -241,7 +171,7 @@ class SkillTracker:
     def trusted(self) -> bool:
         """The forecaster's recent errors are clearly smaller than persistence's."""
         # The absolute slack keeps round-off of equal forecasts from counting as a win.
-        bar = self.sum_persistence * (1.0 - self._margin) - 1e-9
+        bar = self.sum_persistence * (1.0 - self.margin) - 1e-9
         return self.scored > 0 and self.sum_forecast < bar
 
 
@@ -263,268 +193,32 @@ class TrendSettings:
     settle_s: float = 120.0
 
 
-class PairSlopes:
-    """The pairwise slopes of a moving run of buckets, kept sorted as buckets come and go.
-
-    A fit at every bucket close needs order statistics of every pair's slope; a run
-    of a sliding window gains its newest bucket and loses its oldest, so all but
-    those buckets' pairs are as they were at the last close. The new pairs are
-    merged in; the dropped ones, recomputed by the same expression (so they compare
-    equal), are found and deleted: the first equal slope for each, as a bisection
-    finds it. Ties keep their order (old slopes before new ones, new ones in pair
-    order), as a stable sort of the kept list and its new tail leaves them.
-
-    Two stores of the same slopes: :class:`SortedSlopes` in a list, whose bisection
-    and sort run in C, for the sources; :class:`PackedSlopes` in a packed vector of
-    doubles, with the merge written out, for the compiled build (policies/native.py),
-    where a list's slopes are boxed floats scattered over the heap.
-    """
-
-    __slots__ = ("_buckets",)
-
-    def __init__(self) -> None:
-        self._buckets: list[Bucket] = []
-
-    def _moved(self, run: list[Bucket]) -> int:
-        """How many kept buckets ``run`` has left behind; -1 if it is not a later state of them."""
-        kept = self._buckets
-        first = run[0]
-        drop = 0
-        for b in kept:
-            if b is first:
-                break
-            drop += 1
-        n = len(kept)
-        # Index loops, not islice() and map(): a compiled build runs them natively.
-        later = drop < n and n - drop <= len(run)
-        i = drop
-        while later and i < n:
-            later = kept[i] is run[i - drop]
-            i += 1
-        # Not a later state of the kept run (a restart, a trimmed window): afresh.
-        return drop if later else -1
-
-    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
-        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
-        raise NotImplementedError
-
-
-class SortedSlopes(PairSlopes):
-    """:class:`PairSlopes` in a sorted list of floats."""
-
-    __slots__ = ("_slopes",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._slopes: list[float] = []
-
-    def of(self, run: list[Bucket]) -> list[float]:
-        """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
-
-        The list is kept: read it before the next call, do not change it.
-        """
-        kept, slopes = self._buckets, self._slopes
-        drop = self._moved(run)
-        if drop < 0:
-            kept, slopes = [], []
-            self._buckets, self._slopes = kept, slopes
-        else:
-            n = len(kept)
-            for i in range(drop):
-                a = kept[i]
-                t, y = a.t, a.value
-                for j in range(i + 1, n):
-                    b = kept[j]
-                    if b.t > t:
-                        s = (b.value - y) / (b.t - t)
-                        del slopes[
-                            left(slopes, s, 0, len(slopes)) if NATIVE else bisect_left(slopes, s)
-                        ]
-            del kept[:drop]
-        for new in run[len(kept) :]:
-            t, y = new.t, new.value
-            slopes += [(y - a.value) / (t - a.t) for a in kept if t > a.t]
-            kept.append(new)
-        # A sorted run and a short unsorted tail: the sort merges, it does not start over.
-        slopes.sort()
-        return slopes
-
-    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
-        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
-        slopes = self.of(run)
-        n = len(run)
-        if n < 3 or len(slopes) < 3:
-            return None
-        stats = _sen(n, slopes, z)
-        if 0.0 in stats and _has_negative_zero(slopes):
-            return _sen_in_pair_order(run, z)
-        return stats
-
-
-class PackedSlopes(PairSlopes):
-    """:class:`PairSlopes` in a packed vector of doubles (librt.vecs), for the compiled build.
-
-    Interpreted, each element of a vector is a call: the sources use SortedSlopes.
-    """
-
-    __slots__ = ("_slopes", "_spare")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._slopes: vec[float] = vec[float]()
-        # The slopes before the last call: written over by the next merge when it has
-        # the right length (a sliding window loses as many pairs as it gains).
-        self._spare: vec[float] = vec[float]()
-
-    def of(self, run: list[Bucket]) -> vec[float]:
-        """As SortedSlopes.of, in a vector; kept, so read it before the next call."""
-        kept, slopes = self._buckets, self._slopes
-        gone = vec[float]()
-        drop = self._moved(run)
-        if drop < 0:
-            kept = self._buckets = []
-            slopes = vec[float]()
-        else:
-            n = len(kept)
-            for i in range(drop):
-                a = kept[i]
-                t, y = a.t, a.value
-                for j in range(i + 1, n):
-                    b = kept[j]
-                    if b.t > t:
-                        gone = append(gone, (b.value - y) / (b.t - t))
-            del kept[:drop]
-        new = vec[float]()
-        for b in run[len(kept) :]:
-            t, y = b.t, b.value
-            for a in kept:
-                if t > a.t:
-                    new = append(new, (y - a.value) / (t - a.t))
-            kept.append(b)
-        _insertion_sort(gone)
-        _insertion_sort(new)
-        out = self._spare
-        size = len(slopes) - len(gone) + len(new)
-        if len(out) != size:
-            out = vec[float](capacity=size)
-            for _ in range(size):
-                out = append(out, 0.0)
-        _merge_into(out, slopes, gone, new)
-        self._spare, self._slopes = slopes, out
-        return out
-
-    def sen(self, run: list[Bucket], z: float) -> tuple[float, float, float] | None:
-        """:func:`_sen` of ``run`` (consecutive buckets of one window, oldest first)."""
-        slopes = self.of(run)
-        n, m = len(run), len(slopes)
-        if n < 3 or m < 3:
-            return None
-        mid = m // 2
-        slope = slopes[mid] if m % 2 else (slopes[mid - 1] + slopes[mid]) / 2.0
-        lo_i, hi_i = _ranks(n, m, z)
-        stats = (slope, slopes[lo_i], slopes[hi_i])
-        if 0.0 in stats:
-            for s in slopes:
-                if s == 0.0 and math.copysign(1.0, s) < 0.0:
-                    return _sen_in_pair_order(run, z)
-        return stats
-
-
-def _insertion_sort(v: vec[float]) -> None:
-    """Sort a short vector in place, ties in their order."""
-    n = len(v)
-    i: i64 = 1
-    while i < n:
-        x = v[i]
-        j = i - 1
-        while j >= 0 and x < v[j]:
-            v[j + 1] = v[j]
-            j -= 1
-        v[j + 1] = x
-        i += 1
-
-
-def _merge_into(out: vec[float], kept: vec[float], gone: vec[float], new: vec[float]) -> None:
-    """Write sorted ``kept`` less sorted ``gone`` (the first equal of each) and sorted ``new``.
-
-    On a tie a kept slope comes first, as a stable sort of ``kept + new`` puts it.
-    ``out`` has the result's length and is not ``kept``; stores by index, not appends
-    (an append is a call into librt).
-    """
-    i: i64 = 0
-    g: i64 = 0
-    k: i64 = 0
-    n_gone = len(gone)
-    n_new = len(new)
-    for x in kept:
-        if g < n_gone and x == gone[g]:
-            g += 1
-            continue
-        while k < n_new and new[k] < x:
-            out[i] = new[k]
-            i += 1
-            k += 1
-        out[i] = x
-        i += 1
-    while k < n_new:
-        out[i] = new[k]
-        i += 1
-        k += 1
-
-
-def _has_negative_zero(slopes: list[float]) -> bool:
-    """Whether sorted ``slopes`` hold a -0.0 (equal to 0.0, but not the same float)."""
-    i, j = bisect_left(slopes, 0.0), bisect_right(slopes, 0.0)
-    return any(math.copysign(1.0, s) < 0.0 for s in slopes[i:j])
-
-
-def _sen_in_pair_order(run: list[Bucket], z: float) -> tuple[float, float, float]:
-    """:func:`_sen` of ``run`` from its slopes taken in :func:`theil_sen`'s order.
-
-    For kept slopes holding both 0.0 and -0.0 when an order statistic is zero:
-    which of the two a sort puts first depends on the order the slopes came in, and
-    this order gives the same float as :func:`theil_sen`.
-    """
-    slopes = _pair_slopes(run)
-    slopes.sort()
-    return _sen(len(run), slopes, z)
-
-
+@dataclass(slots=True, eq=False)
 class SeriesForecaster:
     """One slow series: its window, its current trend, and its skill against persistence."""
 
-    __slots__ = (
-        "_recent",
-        "_since",
-        "_trusted",
-        "_whole",
-        "_z",
-        "floor",
-        "settings",
-        "skill",
-        "trend",
-        "window",
-    )
+    settings: TrendSettings
+    # A level the series cannot be forecast to fall under (a GPU's margin stops near
+    # zero: the GPU throttles to hold its slowdown temperature).
+    floor: float | None = field(default=None, kw_only=True)
+    window: BucketWindow = field(init=False)
+    skill: SkillTracker = field(init=False)
+    trend: Trend | None = field(init=False, default=None)
+    _z: float = field(init=False)
+    # ``trusted``, asked for every GPU at every evaluation: it changes only when the
+    # trend or the skill does, in add() and restart(), which set it.
+    _trusted: bool = field(init=False, default=False)
+    _since: float = field(init=False, default=-math.inf)
+    # The sorted slopes of the whole window and of its recent half.
+    _whole: SlopeStore = field(init=False, default_factory=SortedSlopes)
+    _recent: SlopeStore = field(init=False, default_factory=SortedSlopes)
 
-    def __init__(self, settings: TrendSettings, *, floor: float | None = None) -> None:
-        self.settings = settings
-        # A level the series cannot be forecast to fall under (a GPU's margin stops
-        # near zero: the GPU throttles to hold its slowdown temperature).
-        self.floor = floor
-        self.window = BucketWindow(settings.bucket_s, settings.window_s)
-        self._z = z_for(settings.confidence)
-        pending = math.ceil(settings.skill_horizon_s / settings.bucket_s) + 2
-        self.skill = SkillTracker(
-            settings.skill_horizon_s, settings.skill_keep, pending, settings.skill_margin
-        )
-        self.trend: Trend | None = None
-        # ``trusted``, asked for every GPU at every evaluation: it changes only when
-        # the trend or the skill does, in add() and restart(), which set it.
-        self._trusted = False
-        self._since = -math.inf
-        # The sorted slopes of the whole window and of its recent half.
-        self._whole: PairSlopes = PackedSlopes() if NATIVE else SortedSlopes()
-        self._recent: PairSlopes = PackedSlopes() if NATIVE else SortedSlopes()
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.window = BucketWindow(s.bucket_s, s.window_s)
+        self._z = z_for(s.confidence)
+        pending = math.ceil(s.skill_horizon_s / s.bucket_s) + 2
+        self.skill = SkillTracker(s.skill_horizon_s, s.skill_keep, pending, s.skill_margin)
 
     def add(self, t: float, value: float) -> bool:
         """Add a sample; True when a bucket closed (and the trend was refitted)."""
@@ -568,7 +262,6 @@ class SeriesForecaster:
         recent_points = points[n // 2 :]
         recent = self._recent.sen(recent_points, z)
         # Only the chosen trend needs its level (a median of offsets from its slope).
-        # Arguments spelled out: compiled, a starred call is a generic Python call.
         if recent is None or recent[1] <= whole[0] <= recent[2]:
             return _line(points, whole[0], whole[1], whole[2])
         # The recent half says something else: a settled step or a stopped ramp is

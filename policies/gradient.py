@@ -14,7 +14,7 @@ _BOTTOM = ("bottom", "low", "lower")
 _TOP = ("top", "high", "upper")
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class InletGradient:
     """Inlet air across the rack's probes."""
 
@@ -22,19 +22,6 @@ class InletGradient:
     hottest_c: float
     spread_c: float  # hottest - coldest probe
     vertical_c: float | None  # top - bottom, when the probes are labelled so
-
-    def __init__(
-        self,
-        hottest: str,
-        hottest_c: float,
-        spread_c: float,
-        vertical_c: float | None,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "hottest", hottest)
-        object.__setattr__(self, "hottest_c", hottest_c)
-        object.__setattr__(self, "spread_c", spread_c)
-        object.__setattr__(self, "vertical_c", vertical_c)
 
 
 def inlet_gradient(probes: Mapping[str, float]) -> InletGradient | None:

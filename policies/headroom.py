@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from math import isfinite
 from typing import Final
 
-from policies.window import finite
 
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Resistance:
     """A thermal resistance estimate in K/W: median with its lower and upper bounds."""
 
@@ -40,45 +39,30 @@ class Resistance:
     hi: float
     n: int
 
-    def __init__(self, median: float, lo: float, hi: float, n: int) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "median", median)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-        object.__setattr__(self, "n", n)
 
-
+@dataclass(slots=True, eq=False)
 class ResistanceEstimator:
     """``(T - T_ref) / P`` per steady bucket over the last ``keep`` buckets."""
 
-    __slots__ = (
-        "_bucket",
-        "_bucket_s",
-        "_estimate",
-        "_high",
-        "_keep",
-        "_sum",
-        "_taken",
-        "_z",
-        "samples",
-    )
+    bucket_s: float
+    keep: int
+    z: float  # the bounds' normal quantile
+    samples: deque[float] = field(init=False)
+    _bucket: int | None = field(default=None, init=False)
+    # Sum of ratios and their count over the open bucket (every sample steady).
+    _sum: list[float] = field(init=False, default_factory=lambda: [0.0, 0.0])
+    _taken: int = field(default=0, init=False)  # samples appended or capped: the version
+    _estimate: tuple[int, int, Resistance | None] | None = field(default=None, init=False)
+    _high: float | None = field(default=None, init=False)  # max(samples) once asked
 
-    def __init__(self, bucket_s: float, keep: int, z: float) -> None:
-        self._bucket_s = bucket_s
-        self._keep = keep
-        self._z = z
-        self._bucket: int | None = None
-        self._sum: list[float] = [0.0, 0.0]  # sum of ratios, count (every sample steady)
-        self.samples: deque[float] = deque(maxlen=keep)
-        self._taken = 0  # samples appended or capped so far: the cached estimate's version
-        self._estimate: tuple[int, int, Resistance | None] | None = None
-        self._high: float | None = None  # max(samples) once asked, until they change
+    def __post_init__(self) -> None:
+        self.samples = deque(maxlen=self.keep)
 
     def add(self, t: float, delta_t: float, power: float, steady: bool) -> None:
         """One sample; a bucket counts only if every one of its samples was steady."""
-        if not (finite(t) and finite(delta_t) and finite(power)):
+        if not (isfinite(t) and isfinite(delta_t) and isfinite(power)):
             return
-        index = math.floor(t / self._bucket_s)
+        index = math.floor(t / self.bucket_s)
         if index != self._bucket:
             self._close()
             self._bucket = index
@@ -99,11 +83,11 @@ class ResistanceEstimator:
 
     def capped_by(self, bound: float) -> bool:
         """Whether :meth:`cap` with ``bound`` would change the samples."""
-        return finite(bound) and self.highest > bound
+        return isfinite(bound) and self.highest > bound
 
     def cap(self, bound: float) -> None:
         """The resistance is at most ``bound`` now: samples above it are of another plate."""
-        if finite(bound) and any(x > bound for x in self.samples):
+        if isfinite(bound) and any(x > bound for x in self.samples):
             capped = [min(x, bound) for x in self.samples]
             self.samples.clear()
             self.samples.extend(capped)
@@ -112,7 +96,7 @@ class ResistanceEstimator:
 
     def _close(self) -> None:
         total, n = self._sum
-        if n > 0 and finite(total):
+        if n > 0 and isfinite(total):
             self.samples.append(total / n)
             self._high = None
             self._taken += 1
@@ -136,13 +120,13 @@ class ResistanceEstimator:
         mid = n // 2
         median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
         # Sign-test bounds of a median: ranks n/2 -+ z * sqrt(n) / 2.
-        half = self._z * math.sqrt(n) / 2.0
+        half = self.z * math.sqrt(n) / 2.0
         lo_i = max(0, math.floor(n / 2.0 - half) - 1)
         hi_i = min(n - 1, math.ceil(n / 2.0 + half))
         return Resistance(median, ordered[lo_i], ordered[hi_i], n)
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class NodeHeadroom:
     """A node's headroom at full load: the least margin to slowdown any of its GPUs would
     have at its enforced power limit (the conservative bound of its resistance), in C.
@@ -156,25 +140,11 @@ class NodeHeadroom:
     estimated: int = 0  # GPUs with an estimate
     gpus: int = 0  # GPUs seen
 
-    def __init__(
-        self,
-        margin_c: float | None = None,
-        trusted: bool = False,
-        estimated: int = 0,
-        gpus: int = 0,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "margin_c", margin_c)
-        object.__setattr__(self, "trusted", trusted)
-        object.__setattr__(self, "estimated", estimated)
-        object.__setattr__(self, "gpus", gpus)
-
     @classmethod
     def of(cls, margins: list[float | None]) -> NodeHeadroom:
         """From each GPU's full-load margin (None: not read, or no estimate yet)."""
         known = [m for m in margins if m is not None]
-        # NodeHeadroom, not cls: compiled, a call of cls is a Python-level type call.
-        return NodeHeadroom(
+        return cls(
             min(known) if known else None,
             bool(margins) and len(known) == len(margins),
             len(known),

@@ -10,7 +10,7 @@ own decisions. The same trace and settings always give the same decisions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 
 from policies.model import Decision, Reading
 from policies.policy import Outcome, Policy
@@ -19,7 +19,7 @@ from policies.settings import PolicySettings
 from policies.trace import Header, Line, TraceError, encode_decision, parse_readings
 
 
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Tick:
     """One evaluation of every node."""
 
@@ -27,39 +27,31 @@ class Tick:
     wall: float
     outcomes: dict[str, Outcome]
 
-    def __init__(self, now: float, wall: float, outcomes: dict[str, Outcome]) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "now", now)
-        object.__setattr__(self, "wall", wall)
-        object.__setattr__(self, "outcomes", outcomes)
-
     @property
     def decisions(self) -> list[Decision]:
         """The decisions made at this evaluation, in node order."""
         return [o.decision for o in self.outcomes.values() if o.decision is not None]
 
 
+@dataclass(eq=False)
 class Replayer:
     """Feeds readings to a Policy and evaluates it on a grid; usable step by step."""
 
-    def __init__(
-        self,
-        header: Header,
-        settings: PolicySettings,
-        *,
-        interval_s: float = 1.0,
-        overrides: Overrides | None = None,
-    ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
-        self.header = header
-        self.policy = Policy(settings, header.racks)
+    header: Header
+    settings: InitVar[PolicySettings]
+    interval_s: float = field(default=1.0, kw_only=True)
+    overrides: Overrides = field(default_factory=Overrides, kw_only=True)
+    policy: Policy = field(init=False)
+    ledger: ClusterLedger = field(init=False)
+    _next: float | None = field(init=False, default=None)
+    _last: Reading | None = field(init=False, default=None)
+
+    def __post_init__(self, settings: PolicySettings) -> None:
+        if self.interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {self.interval_s}")
+        self.policy = Policy(settings, self.header.racks)
         horizon = max(settings.storm_window_s, settings.resume_window_s)
-        self.ledger = ClusterLedger(header.racks, horizon)
-        self.interval_s = interval_s
-        self.overrides = overrides or Overrides()
-        self._next: float | None = None
-        self._last: Reading | None = None
+        self.ledger = ClusterLedger(self.header.racks, horizon)
 
     def feed(self, r: Reading) -> list[Tick]:
         """Take one reading; returns the evaluations due before it."""
@@ -93,7 +85,7 @@ class Replayer:
                 while mono > nxt:
                     yield self.tick(nxt)
                     nxt = self._next = self._after(nxt)
-            batch.append(r)  # compiled, a native list append (a kept bound method is not)
+            batch.append(r)
             last = r
         self._last = last
         self.policy.observe(batch)
@@ -138,7 +130,7 @@ def replay(
 ) -> Iterator[Tick]:
     """Every evaluation over a trace (decision records in it are ignored)."""
     header, readings = parse_readings(lines)
-    rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides)
+    rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides or Overrides())
     yield from rp.feed_all(readings)
     yield from rp.finish()
 
@@ -152,7 +144,7 @@ def replay_readings(
     overrides: Overrides | None = None,
 ) -> Iterator[Tick]:
     """The same as :func:`replay` over readings already in memory."""
-    rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides)
+    rp = Replayer(header, settings, interval_s=interval_s, overrides=overrides or Overrides())
     yield from rp.feed_all(readings)
     yield from rp.finish()
 

@@ -23,24 +23,13 @@ one step out. The cases, in order (the first that applies wins):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Final
 
 from policies.model import REASON_PREFIX, Action, Condition, FaultDomain
 from policies.safety import Pin
 from policies.settings import PolicySettings
 
-# Enum members as compiled constants: looked up on their class, a member costs a
-# generic attribute read each time (about 60 ns compiled; a Final here, under 1 ns).
-_DRAIN: Final = Action.DRAIN
-_EXCLUDE: Final = Action.EXCLUDE
-_RESUME: Final = Action.RESUME
-_CRITICAL: Final = Condition.CRITICAL
-_WARNING: Final = Condition.WARNING
-_NODE: Final = FaultDomain.NODE
-_NONE: Final = FaultDomain.NONE
 
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class NodeState:
     """What the policy last asked for a node, and since when (monotonic seconds)."""
 
@@ -54,27 +43,8 @@ class NodeState:
     # evidence has not been seen fresh since: not healthy until it has.
     awaiting_evidence: bool = False
 
-    def __init__(
-        self,
-        action: Action = Action.RESUME,
-        since: float | None = None,
-        healthy_since: float | None = None,
-        epoch: int = 0,
-        domain: FaultDomain = FaultDomain.NONE,
-        following: str = "",
-        awaiting_evidence: bool = False,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "action", action)
-        object.__setattr__(self, "since", since)
-        object.__setattr__(self, "healthy_since", healthy_since)
-        object.__setattr__(self, "epoch", epoch)
-        object.__setattr__(self, "domain", domain)
-        object.__setattr__(self, "following", following)
-        object.__setattr__(self, "awaiting_evidence", awaiting_evidence)
 
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What the evidence says about a node now."""
 
@@ -84,23 +54,8 @@ class Verdict:
     reason: str = ""  # the decision reason for a drain or exclusion
     following: str = ""
 
-    def __init__(
-        self,
-        condition: Condition,
-        healthy: bool,
-        domain: FaultDomain = FaultDomain.NONE,
-        reason: str = "",
-        following: str = "",
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "condition", condition)
-        object.__setattr__(self, "healthy", healthy)
-        object.__setattr__(self, "domain", domain)
-        object.__setattr__(self, "reason", reason)
-        object.__setattr__(self, "following", following)
 
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Gates:
     """The safety gates' answers for one node now ("" = open)."""
 
@@ -109,21 +64,8 @@ class Gates:
     resume_withheld: str = ""
     jitter_s: float = 0.0
 
-    def __init__(
-        self,
-        pin: Pin | None = None,
-        drain_withheld: str = "",
-        resume_withheld: str = "",
-        jitter_s: float = 0.0,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "pin", pin)
-        object.__setattr__(self, "drain_withheld", drain_withheld)
-        object.__setattr__(self, "resume_withheld", resume_withheld)
-        object.__setattr__(self, "jitter_s", jitter_s)
 
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """A transition to make: the action, its domain and its reason."""
 
@@ -131,19 +73,6 @@ class Step:
     domain: FaultDomain
     reason: str
     critical: bool = False
-
-    def __init__(
-        self,
-        action: Action,
-        domain: FaultDomain,
-        reason: str,
-        critical: bool = False,
-    ) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "action", action)
-        object.__setattr__(self, "domain", domain)
-        object.__setattr__(self, "reason", reason)
-        object.__setattr__(self, "critical", critical)
 
 
 RESUME_REASON = f"{REASON_PREFIX} thermal margins healthy again, resuming"
@@ -155,28 +84,28 @@ def transition(
     state: NodeState, v: Verdict, g: Gates, now: float, s: PolicySettings
 ) -> tuple[NodeState, Step | None, str]:
     """Apply the cases above; returns the new state, the step (if any) and a note."""
-    in_service = state.action is _RESUME
+    in_service = state.action is Action.RESUME
     # 1.
     if g.pin is Pin.EXCLUDED:
-        if state.action is _EXCLUDE:
+        if state.action is Action.EXCLUDE:
             return state, None, "pinned excluded by operator"
-        step = Step(_EXCLUDE, _NODE, PIN_EXCLUDED_REASON, critical=True)
+        step = Step(Action.EXCLUDE, FaultDomain.NODE, PIN_EXCLUDED_REASON, critical=True)
         return _out(state, step, now), step, "pinned excluded by operator"
     # 2.
     if g.pin is Pin.NEVER_DRAIN:
         if in_service:
             return state, None, "pinned in service by operator: no action"
-        step = Step(_RESUME, _NONE, PIN_RESUME_REASON)
+        step = Step(Action.RESUME, FaultDomain.NONE, PIN_RESUME_REASON)
         return _back(state, now), step, "pinned in service by operator"
     # 3.
-    if v.condition is _CRITICAL and state.action is not _EXCLUDE:
-        step = Step(_EXCLUDE, v.domain, v.reason, critical=True)
+    if v.condition is Condition.CRITICAL and state.action is not Action.EXCLUDE:
+        step = Step(Action.EXCLUDE, v.domain, v.reason, critical=True)
         return _out(state, step, now, v.following), step, ""
     # 4.
-    if v.condition is _WARNING and in_service:
+    if v.condition is Condition.WARNING and in_service:
         if g.drain_withheld:
             return state, None, f"drain withheld: {g.drain_withheld}"
-        step = Step(_DRAIN, v.domain, v.reason)
+        step = Step(Action.DRAIN, v.domain, v.reason)
         return _out(state, step, now, v.following), step, ""
     # 5.
     if in_service:
@@ -191,7 +120,7 @@ def transition(
     if waited and now - since >= s.min_dwell_s:
         if g.resume_withheld:
             return _healthy_since(state, healthy_since), None, g.resume_withheld
-        step = Step(_RESUME, _NONE, RESUME_REASON)
+        step = Step(Action.RESUME, FaultDomain.NONE, RESUME_REASON)
         return _back(state, now), step, ""
     return _healthy_since(state, healthy_since), None, "healthy, waiting to resume"
 
@@ -209,4 +138,4 @@ def _out(state: NodeState, step: Step, now: float, following: str = "") -> NodeS
 
 
 def _back(state: NodeState, now: float) -> NodeState:
-    return NodeState(_RESUME, now, None, state.epoch + 1)
+    return NodeState(Action.RESUME, now, None, state.epoch + 1)

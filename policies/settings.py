@@ -91,6 +91,21 @@ class PolicySettings:
         """A predicted breach this close (earliest plausible time) drains the node."""
         return self.lead_time_s * self.lead_margin
 
+    @property
+    def max_gpu_rate_c_per_s(self) -> float:
+        """``max_gpu_rate_c_per_min`` per second: heating faster is not a load step."""
+        return self.max_gpu_rate_c_per_min / 60.0
+
+    @property
+    def temperature_keep_s(self) -> float:
+        """How long a GPU's raw temperatures are kept: its two confirm windows."""
+        return 2 * self.flow_loss_confirm_s + 1.0
+
+    @property
+    def power_keep_s(self) -> float:
+        """How long a GPU's raw power samples are kept: a step's settling, both windows."""
+        return max(self.load_settle_s, 2 * self.flow_loss_confirm_s)
+
     def inlet_limit(self, rack: str) -> float:
         """The inlet-air limit in force for ``rack``."""
         own = self.racks.get(rack)

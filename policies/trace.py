@@ -239,7 +239,6 @@ def _records(
 ) -> Iterator[Reading | TracedDecision]:
     fast = _READING_DECODER.decode
     for n, line in it:
-        # Which prefix by the line's type: compiled, each startswith is then native.
         if (
             line.startswith(_READING_PREFIX_BYTES)
             if isinstance(line, bytes)
@@ -286,7 +285,6 @@ def _loads(text: str, line: int) -> dict[str, Any]:
     try:
         obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except _NonFinite as token:
-        # Its own name: compiled, one name bound by two handlers keeps the first's type.
         raise TraceError(f"line {line}: non-finite number {token}") from None
     except json.JSONDecodeError as err:
         raise TraceError(f"line {line}: not JSON: {err.msg}") from None

@@ -2,14 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
-# The suite runs the policy's sources, whatever `make native` built; the compiled
-# modules are tested by tests/policies/test_native.py, which runs the policy's and
-# replay's tests again in a child process with this set to 0 (and fails there if
-# the build is not taken). Set before anything imports the policies package.
-os.environ.setdefault("RACKGUARD_PURE_PYTHON", "1")
-
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,17 +9,10 @@ from pathlib import Path
 import pytest
 
 from fakes.scheduler import FakeWebhookScheduler
-from policies import native
 from tests.support.secrets import WEBHOOK_SECRET, write_secret
 
 # Fixtures shared by folders that have no conftest in common.
 pytest_plugins = ["tests.support.steering"]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Refuse to run "on the compiled build" when the build was not taken."""
-    if os.environ["RACKGUARD_PURE_PYTHON"] == "0" and not native.COMPILED:
-        raise pytest.UsageError(f"RACKGUARD_PURE_PYTHON=0 but no compiled build: {native.WHY_NOT}")
 
 
 @pytest.fixture(autouse=True)

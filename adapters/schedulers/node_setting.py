@@ -24,6 +24,9 @@ class NodeSetting(Protocol):
     def value(self, bucket: int, weights: Sequence[int]) -> str:
         """The value that publishes headroom ``bucket`` (0: least); ``weights``, one a bucket."""
 
+    def writable(self, value: str | None) -> bool:
+        """Whether rackguard could write ``value`` (to restore it): the scheduler's own limits."""
+
     async def read(self, node: str) -> str | None:
         """The value now; raises DeliveryError when the scheduler cannot be read."""
 
@@ -31,5 +34,6 @@ class NodeSetting(Protocol):
         """Set ``value`` (None: remove), where the value now is ``expected``.
 
         Raises SettingChanged where the scheduler can tell it is not (a compare and
-        set); DeliveryError when the write failed.
+        set); DeliveryError when the write failed (``permanent`` or ``final``: the
+        scheduler refused the value itself; asking again cannot help).
         """

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import orjson
 
 from daemon.cluster.etcd import EtcdClient, EtcdError, Kv, absent, delete_op, put_op, range_op
+from daemon.cluster.etcd_values import Breaker, Values
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +52,17 @@ class Claims:
 
     ATTEMPTS = 5  # a lost race re-reads and tries again
 
-    def __init__(self, client: EtcdClient, node: str, prefix: str = "/rackguard/") -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        node: str,
+        prefix: str = "/rackguard/",
+        values: Values | None = None,
+    ) -> None:
         self.etcd = client
         self.node = node
         self.p = prefix
+        self.values = values or Values(node)
         self.lease = 0  # the agent's lease; set by the owner once granted
 
     def key(self, *parts: str) -> str:
@@ -79,12 +87,14 @@ class Claims:
         ``cause``: the rack-wide domain this node leads with; its cause key is written
         in the same transaction, so the rack sees slot and cause together.
         """
+        self._leased()
         for _ in range(self.ATTEMPTS):
             drains, trips, breaker = await self._snapshot("drain/", "trip/", "breaker")
             if breaker:
-                return Grant(False, f"storm breaker open fleet-wide ({_breaker_words(breaker[0])})")
-            cluster = _slots(drains, self.key("drain", "cluster", ""))
-            in_rack = _slots(drains, self.key("drain", "rack", rack, ""))
+                words = self._breaker_words(breaker[0])
+                return Grant(False, f"storm breaker open fleet-wide ({words})")
+            cluster = self._slots(drains, self.key("drain", "cluster", ""))
+            in_rack = self._slots(drains, self.key("drain", "rack", rack, ""))
             if self.node in cluster.values():
                 return Grant(True)  # already holds one (a retried or repeated claim)
             free = _free(cluster, b.cluster)
@@ -93,7 +103,7 @@ class Claims:
                     False, f"cluster budget exhausted ({len(cluster)}/{b.cluster} claimed)"
                 )
             compare = [absent(self.key("breaker")), absent(self.key("drain", "cluster", free))]
-            ops = [put_op(self.key("drain", "cluster", free), self.node, self.lease)]
+            ops = [put_op(self.key("drain", "cluster", free), self.node, self._leased())]
             if not rack_wide:
                 slot = _free(in_rack, b.rack)
                 if slot is None:
@@ -101,8 +111,8 @@ class Claims:
                         False, f"rack budget exhausted ({len(in_rack)}/{b.rack} claimed in {rack})"
                     )
                 compare.append(absent(self.key("drain", "rack", rack, slot)))
-                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, self.lease))
-            trip = _free(_slots(trips, self.key("trip", "")), b.storm + 1)
+                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, self._leased()))
+            trip = _free(self._slots(trips, self.key("trip", "")), b.storm + 1)
             if trip is None:
                 await self.open_breaker(len(trips))
                 return Grant(False, f"storm breaker opened ({len(trips)} trips in the window)")
@@ -111,7 +121,7 @@ class Claims:
             ops.append(put_op(self.key("trip", trip), self.node, trip_lease))
             if cause:
                 body = orjson.dumps({"domain": cause})
-                ops.append(put_op(self.key("cause", rack, self.node), body, self.lease))
+                ops.append(put_op(self.key("cause", rack, self.node), body, self._leased()))
             ok, _ = await self.etcd.txn(compare, ops)
             if ok:
                 return Grant(True)
@@ -120,10 +130,11 @@ class Claims:
 
     async def claim_resume(self, rack: str, b: Budgets) -> Grant:
         """A resume slot in the rack's stagger window; taking it frees this node's drain slots."""
+        self._leased()
         for _ in range(self.ATTEMPTS):
             resumes, drains = await self._snapshot(f"resume/{rack}/", "drain/")
-            held = _slots(resumes, self.key("resume", rack, ""))
-            release = [delete_op(kv.key) for kv in drains if kv.value.decode() == self.node]
+            held = self._slots(resumes, self.key("resume", rack, ""))
+            release = [delete_op(kv.key) for kv in drains if kv.value == self.node.encode()]
             release.append(delete_op(self.key("cause", rack, self.node)))
             if self.node in held.values():
                 await self.etcd.txn([], release)
@@ -163,17 +174,30 @@ class Claims:
     async def put_cause(self, rack: str, domain: str) -> None:
         """This node is out for a rack-wide cause: its rack peers follow at once."""
         body = orjson.dumps({"domain": domain})
-        await self.etcd.put(self.key("cause", rack, self.node), body, self.lease)
+        await self.etcd.put(self.key("cause", rack, self.node), body, self._leased())
 
+    def _leased(self) -> int:
+        # A slot or cause written without the lease would outlive this agent.
+        if self.lease == 0:
+            raise EtcdError("no etcd lease held now (taking a new one)")
+        return self.lease
 
-def _slots(kvs: list[Kv], under: str) -> dict[str, str]:
-    """Slot index -> holder, for the keys directly under ``under``."""
-    out = {}
-    for kv in kvs:
-        rest = kv.key.removeprefix(under)
-        if kv.key.startswith(under) and "/" not in rest:
-            out[rest] = kv.value.decode(errors="replace")
-    return out
+    def _slots(self, kvs: list[Kv], under: str) -> dict[str, str]:
+        """Slot index -> holder, for the keys directly under ``under``.
+
+        A slot holding junk is still taken (its key exists: no claim can write
+        it) but names nobody ("").
+        """
+        out = {}
+        for kv in kvs:
+            rest = kv.key.removeprefix(under)
+            if kv.key.startswith(under) and "/" not in rest:
+                out[rest] = self.values.node_name(kv, "slot") or ""
+        return out
+
+    def _breaker_words(self, kv: Kv) -> str:
+        body = self.values.decode(kv, Breaker, "breaker")
+        return "opened" if body is None else f"{body.trips} trips, opened by {body.by}"
 
 
 def _free(held: dict[str, str], cap: int) -> str | None:
@@ -181,11 +205,3 @@ def _free(held: dict[str, str], cap: int) -> str | None:
     if len(held) >= cap:
         return None
     return next((str(i) for i in range(cap) if str(i) not in held), None)
-
-
-def _breaker_words(kv: Kv) -> str:
-    try:
-        body = orjson.loads(kv.value)
-        return f"{body.get('trips', '?')} trips, opened by {body.get('by', '?')}"
-    except (orjson.JSONDecodeError, AttributeError):
-        return "opened"

@@ -9,13 +9,19 @@ POSTs. Keys and values travel base64-encoded; 64-bit integers as strings.
 Every call has a timeout; a connection failure tries the next endpoint. An
 unreachable cluster raises :class:`EtcdUnavailable` (the caller degrades), an
 answer etcd gives but rejects raises :class:`EtcdError`.
+
+Production etcd: TLS (an ``ssl`` context with the cluster's CA and, for
+``--client-cert-auth``, our certificate) and etcd's own authentication (user
+and password: ``/v3/auth/authenticate`` gives a token sent in the
+``Authorization`` header, fetched again when etcd says it expired).
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,31 +118,85 @@ def range_op(prefix: str) -> dict[str, Any]:
     return {"request_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
 
 
+class _TokenRefused(EtcdError):
+    """etcd wants a (new) auth token."""
+
+
+# What etcd 3.4's gateway says when the token is missing, expired or unknown.
+_TOKEN_ERRORS = ("invalid auth token", "user name is empty", "auth token is not found")
+
+
 class EtcdClient:
     """The calls rackguard makes, each one POST to the first endpoint that answers."""
 
-    def __init__(self, endpoints: Sequence[str], *, timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout_s: float = 1.0,
+        tls: ssl.SSLContext | None = None,
+        user: str = "",
+        password: str = "",
+    ) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._current = 0  # the endpoint that answered last
+        self._tls = tls
+        self.user = user
+        self._password = password
+        self._token = ""
+        self.answered: Callable[[str], None] | None = None  # told of every good answer (path)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         return self._session
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token else {}
+
     async def call(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """One request; the next endpoint on a connection failure."""
+        """One request (authenticated first when a user is set); the next endpoint on a failure."""
+        if self.user and not self._token:
+            await self._authenticate()
+        try:
+            out = await self._call(path, body)
+        except _TokenRefused:
+            if not self.user:
+                raise EtcdError(
+                    f"etcd requires authentication ({path}); set etcd_user and etcd_password_file"
+                ) from None
+            await self._authenticate()  # the token expired (etcd's auth-token-ttl): once more
+            out = await self._call(path, body)
+        if self.answered is not None:
+            self.answered(path)
+        return out
+
+    async def _authenticate(self) -> None:
+        self._token = ""
+        try:
+            body = await self._call(
+                "/v3/auth/authenticate", {"name": self.user, "password": self._password}
+            )
+        except _TokenRefused as err:
+            raise EtcdError(f"etcd authentication as {self.user!r} failed: {err}") from None
+        token = body.get("token")
+        if not isinstance(token, str) or not token:
+            raise EtcdError(f"etcd authentication as {self.user!r} gave no token")
+        self._token = token
+
+    async def _call(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         data = orjson.dumps(body)
         last = ""
         for i in range(len(self.endpoints)):
             n = (self._current + i) % len(self.endpoints)
             url = self.endpoints[n] + path
             try:
-                async with self._http().post(url, data=data) as resp:
+                async with self._http().post(url, data=data, headers=self._headers()) as resp:
                     raw = await resp.read()
                     status = resp.status
             except (aiohttp.ClientError, TimeoutError, OSError) as err:
@@ -149,7 +209,21 @@ class EtcdClient:
             try:
                 parsed = orjson.loads(raw) if raw else {}
             except orjson.JSONDecodeError as err:
+                if b"CommonName" in raw:
+                    # etcd 3.4: with auth on, its gateway refuses a client certificate
+                    # that has a CN (it would not be the identity used).
+                    raise EtcdError(
+                        f"{url}: etcd refuses a client certificate with a CommonName on its"
+                        " JSON gateway while authentication is on: issue rackguard's"
+                        " certificate without a CN and authenticate with etcd_user"
+                    ) from err
                 raise EtcdError(f"{url}: not JSON: {raw[:200]!r}") from err
+            if isinstance(parsed, dict) and "header" not in parsed:
+                said = str(parsed.get("error") or parsed.get("message") or "")
+                if any(e in said for e in _TOKEN_ERRORS):
+                    raise _TokenRefused(f"{url}: {said}")
+                if "authentication failed" in said:
+                    raise EtcdError(f"{url}: {said} (user {self.user!r})")
             if status != 200 or not isinstance(parsed, dict):
                 raise EtcdError(f"{url}: HTTP {status}: {str(parsed)[:200]}")
             if "error" in parsed and "header" not in parsed:
@@ -220,11 +294,15 @@ class EtcdClient:
                 "start_revision": str(start_revision),
             }
         }
+        if self.user and not self._token:
+            await self._authenticate()
         url = self.endpoints[self._current] + "/v3/watch"
         # No total timeout: a watch stays open; a dead server shows as a read error.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total)
         try:
-            async with self._http().post(url, data=orjson.dumps(req), timeout=timeout) as resp:
+            async with self._http().post(
+                url, data=orjson.dumps(req), timeout=timeout, headers=self._headers()
+            ) as resp:
                 if resp.status != 200:
                     raise EtcdUnavailable(f"{url}: HTTP {resp.status}")
                 async for line in resp.content:
@@ -234,6 +312,9 @@ class EtcdClient:
                     result = msg.get("result", {}) if isinstance(msg, dict) else {}
                     if not isinstance(result, dict):
                         raise EtcdError(f"{url}: watch sent {str(msg)[:200]}")
+                    if not result and isinstance(msg, dict) and msg.get("error"):
+                        self._token = ""  # a refused token: the reconnect authenticates again
+                        raise EtcdUnavailable(f"{url}: watch refused: {str(msg)[:200]}")
                     if result.get("canceled") or result.get("compact_revision"):
                         raise EtcdUnavailable(
                             f"{url}: watch cancelled ({result.get('cancel_reason', 'compacted')})"

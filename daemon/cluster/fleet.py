@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 
-import orjson
 from msgspec import UNSET
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.claims import Budgets, Grant
 from daemon.cluster.etcd import EtcdError
+from daemon.cluster.etcd_values import Breaker, Cause
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from policies.model import Action, FaultDomain
@@ -103,32 +103,41 @@ class Fleet:
         if self.etcd is None or not self.etcd.up:
             return base
         out = dict(base.out)
+        values = self.etcd.values
         for kv in self.etcd.under("cause", ""):
             parts = kv.key.removeprefix(self.etcd.claims.key("cause", "")).split("/")
             if len(parts) != 2 or parts[1] == self.node or parts[1] in out:
                 continue
+            cause = values.decode(kv, Cause, "cause")
+            if cause is None or not all(values.key_part(kv, p, "cause") for p in parts):
+                continue
             try:
-                domain = FaultDomain(orjson.loads(kv.value).get("domain", ""))
-            except (orjson.JSONDecodeError, ValueError, AttributeError):
+                domain = FaultDomain(cause.domain)
+            except ValueError:
+                values.bad_value(kv, "cause", f"no such fault domain {cause.domain[:64]!r}")
                 continue
             since = self.etcd.seen_at.get(kv.key, now)
             out[parts[1]] = OutOfService(parts[1], parts[0], Action.DRAIN, domain, since)
         rack_of = {}
         for kv in self.etcd.under("drain", "rack", ""):
             parts = kv.key.removeprefix(self.etcd.claims.key("drain", "rack", "")).split("/")
-            rack_of[kv.value.decode(errors="replace")] = parts[0]
+            holder = values.node_name(kv, "slot")
+            if holder is not None and values.key_part(kv, parts[0], "slot"):
+                rack_of[holder] = parts[0]
         for kv in self.etcd.under("drain", "cluster", ""):
-            holder = kv.value.decode(errors="replace")
-            if holder not in out and holder != self.node:
+            holder = values.node_name(kv, "slot")
+            if holder is not None and holder not in out and holder != self.node:
                 since = self.etcd.seen_at.get(kv.key, now)
                 rack = rack_of.get(holder, "")
                 out[holder] = OutOfService(holder, rack, Action.DRAIN, FaultDomain.NONE, since)
         # Resume slots held now are recent resumes: a waiting node withholds on its own.
         resumes = list(base.resumes)
         for kv in self.etcd.under("resume", ""):
-            holder = kv.value.decode(errors="replace")
+            holder = values.node_name(kv, "slot")
             rack = kv.key.removeprefix(self.etcd.claims.key("resume", "")).split("/")[0]
-            if holder != self.node and all(r.node != holder for r in base.resumes):
+            if holder is None or holder == self.node:
+                continue
+            if all(r.node != holder for r in base.resumes):
                 resumes.append(Event(holder, rack, self.etcd.seen_at.get(kv.key, now)))
         # The storm is counted in etcd (trip slots, the breaker key): no local trips.
         return replace(base, out=MappingProxyType(out), trips=(), resumes=tuple(resumes))
@@ -142,10 +151,8 @@ class Fleet:
             return BreakerState() if current.open else current
         if current.open:
             return current
-        try:
-            trips = int(orjson.loads(kv.value).get("trips", 0))
-        except (orjson.JSONDecodeError, ValueError, AttributeError):
-            trips = 0
+        body = self.etcd.values.decode(kv, Breaker, "breaker")
+        trips = body.trips if body is not None else 0  # open all the same: its key is there
         return BreakerState(self.etcd.seen_at.get(kv.key, now), trips)
 
     def reset_storm(self) -> None:

@@ -2,11 +2,21 @@
 
 With etcd, the rack's agents race for ``leader/<rack>`` (bound to their lease);
 the holder runs the rack sources (SNMP, OPC-UA) and publishes each poll's
-readings to ``evidence/<rack>/<source>`` with their age; the others run none of
-them and feed the published readings into their own state store, aged by the
-time since publication. A dead leader's key goes with its lease (one TTL), and
-the next agent to see it gone takes over. Without etcd, or while it is away,
-every agent polls its rack sources itself, as before.
+readings to ``evidence/<rack>/<source>`` (bound to the same lease) with the
+publisher, its lease and each reading's age; the others run none of them and
+feed the published readings into their own state store.
+
+A publication is evidence only when it decodes, names the current leader and
+its lease (the leader key's value and lease, and the evidence key's lease), and
+arrived by the watch less than one lease TTL ago: its readings are stamped on
+this host's monotonic clock (arrival minus their age), so no decision compares
+the publisher's wall clock with ours. Anything else is UNKNOWN: a rack source
+with no such publication for a TTL is polled here (a silent leader is never
+waited on longer than that), and so is every one while etcd is away.
+
+A dead leader's key goes with its lease (one TTL), and the next agent to see it
+gone takes over; a leader whose lease is gone (etcd lost it, or this agent
+stalled past it) has lost the lead and stands again under its new lease.
 """
 
 from __future__ import annotations
@@ -16,12 +26,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
+import msgspec
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdError, absent, put_op
+from daemon.cluster.etcd_values import Evidence, PublishedReading
 from daemon.poller import Poller
 from policies.model import Quality, Reading, SensorKind
 
@@ -57,6 +68,8 @@ class RackLeader:
         self.leading = False
         self._tasks: dict[RackSource, asyncio.Task[None]] = {}
         self._imported: dict[str, int] = {}  # source -> mod_revision fed
+        self._following: tuple[str, int] = ("", 0)  # (leader, its lease) followed now
+        self._following_since = 0.0  # monotonic
         # A pass at every change etcd mirrors, and a third of the lease TTL at most apart.
         # etcd failures are the agent's to report (mark_down): none reach the poller.
         self.poller = Poller(
@@ -76,22 +89,20 @@ class RackLeader:
     def leader(self) -> str:
         """Who holds the rack's lead ("" when nobody, or etcd is away)."""
         kv = self.agent.get("leader", self.rack)
-        return kv.value.decode(errors="replace") if kv is not None else ""
+        return (self.agent.values.node_name(kv, "leader") or "?") if kv is not None else ""
 
     def on_readings(self, source: str, readings: Sequence[Reading]) -> None:
         """A poll of a rack source here: publish it for the rack when leading."""
         if not self.leading or source not in {r.name for r in self._runners()}:
             return
         now = time.monotonic()
-        body = orjson.dumps(
-            {
-                "by": self.agent.node,
-                "wall": time.time(),
-                "readings": [_encode(r, now) for r in readings],
-            }
+        lease = self.agent.claims.lease
+        if lease == 0:
+            return  # between leases: a publication without one would never expire
+        body = msgspec.json.encode(
+            Evidence(self.agent.node, lease, time.time(), [_encode(r, now) for r in readings])
         )
         key = self.agent.claims.key("evidence", self.rack, source)
-        lease = self.agent.claims.lease
         self.agent.submit(lambda: self._put(key, body, lease))
 
     async def _put(self, key: str, body: bytes, lease: int) -> None:
@@ -109,18 +120,21 @@ class RackLeader:
 
     async def _pass(self) -> None:
         await self._elect()
-        local = self.leading or not self.agent.up
-        self._sync(self._runners() if local else [])
-        if not local:
-            self._import()
+        if self.leading or not self.agent.up:
+            self._sync(self._runners())
+            return
+        shared = self._import()
+        self._sync([r for r in self._runners() if r.name not in shared])
 
     async def _elect(self) -> None:
         was = self.leading
+        held = self.agent.get("leader", self.rack)
         if not self.agent.up or not self.agent.claims.lease:
             self.leading = False
-        elif self.leader == self.agent.node:
-            self.leading = True
-        elif not self.leader:
+        elif held is not None and self.leader == self.agent.node:
+            # Ours only under the lease we hold now; an older lease's key is not a lead.
+            self.leading = held.lease == self.agent.claims.lease
+        elif held is None:
             key = self.agent.claims.key("leader", self.rack)
             try:
                 ok, _ = await self.agent.etcd.txn(
@@ -150,57 +164,78 @@ class RackLeader:
                 )
                 self._imported.pop(runner.name, None)
 
-    def _import(self) -> None:
-        now, wall = time.monotonic(), time.time()
+    def _import(self) -> set[str]:
+        """Feed the leader's fresh publications; the rack sources they cover now."""
+        agent, now = self.agent, time.monotonic()
+        held = agent.get("leader", self.rack)
+        leader = (self.leader, held.lease if held is not None else 0)
+        if leader != self._following:
+            self._following, self._following_since = leader, now
+        patient = now - self._following_since < agent.lease_ttl_s  # a new leader's first poll
+        shared = set()
         for runner in self._runners():
-            kv = self.agent.get("evidence", self.rack, runner.name)
-            if kv is None or self._imported.get(runner.name) == kv.mod_revision:
+            kv = agent.get("evidence", self.rack, runner.name)
+            arrived = agent.put_at.get(kv.key) if kv is not None else None
+            if kv is None or held is None or arrived is None:
+                if patient:
+                    shared.add(runner.name)
+                continue
+            if now - arrived > agent.lease_ttl_s:
+                continue  # the leader has been silent on this source for a TTL: poll it here
+            body = agent.values.decode(kv, Evidence, "evidence")
+            if body is None:
+                continue
+            if (body.by, body.lease) != leader or kv.lease != held.lease:
+                agent.values.bad_value(
+                    kv, "evidence", f"published by {body.by!r}, not by the rack's leader"
+                )
+                continue
+            shared.add(runner.name)
+            if self._imported.get(runner.name) == kv.mod_revision:
                 continue
             self._imported[runner.name] = kv.mod_revision
             try:
-                body = orjson.loads(kv.value)
-                since = max(0.0, wall - float(body["wall"]))
-                readings = [_decode(r, now - since) for r in body["readings"]]
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                log.warning(
-                    "%s: bad rack evidence from etcd for %s: %s", self.agent.node, runner.name, err
-                )
+                readings = [_decode(r, arrived) for r in body.readings]
+            except ValueError as err:
+                agent.values.bad_value(kv, "evidence", str(err))
                 continue
             self._feed(runner.name, readings)
             runner.first_attempt.set()  # readiness: the rack source has reported, shared
+        return shared
 
 
-def _encode(r: Reading, now: float) -> dict[str, Any]:
-    return {
-        "source": r.source,
-        "sensor": r.sensor,
-        "kind": r.kind.value,
-        "value": r.value,
-        "unit": r.unit,
-        "quality": r.quality.value,
-        "age": max(0.0, now - r.mono),
-        "wall": r.wall,
-        "reason": r.reason,
-        "device_ts": r.device_ts,
-        "server_ts": r.server_ts,
-        "labels": dict(r.labels),
-    }
+def _encode(r: Reading, now: float) -> PublishedReading:
+    return PublishedReading(
+        r.source,
+        r.sensor,
+        r.kind.value,
+        r.value,
+        r.unit,
+        r.quality.value,
+        max(0.0, now - r.mono),
+        r.wall,
+        r.reason,
+        r.device_ts,
+        r.server_ts,
+        dict(r.labels),
+    )
 
 
-def _decode(d: dict[str, Any], published_mono: float) -> Reading:
-    """A published reading, stamped on this host's clock: published time minus its age."""
-    value = d["value"]
+def _decode(d: PublishedReading, arrived: float) -> Reading:
+    """A published reading, stamped on this host's clock: its arrival here minus its age."""
+    if not 0.0 <= d.age < 86_400.0:
+        raise ValueError(f"reading {d.sensor[:64]!r} has an impossible age {d.age}")
     return Reading(
-        str(d["source"]),
-        str(d["sensor"]),
-        SensorKind(d["kind"]),
-        None if value is None else float(value),
-        str(d["unit"]),
-        Quality(d["quality"]),
-        published_mono - float(d["age"]),
-        float(d["wall"]),
-        reason=str(d.get("reason", "")),
-        device_ts=d.get("device_ts"),
-        labels={str(k): str(v) for k, v in (d.get("labels") or {}).items()},
-        server_ts=d.get("server_ts"),
+        d.source,
+        d.sensor,
+        SensorKind(d.kind),
+        d.value,
+        d.unit,
+        Quality(d.quality),
+        arrived - d.age,
+        d.wall,
+        reason=d.reason,
+        device_ts=d.device_ts,
+        labels=d.labels,
+        server_ts=d.server_ts,
     )

@@ -21,6 +21,7 @@ import msgspec
 
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdError, Kv, absent, put_op
+from daemon.cluster.etcd_values import NODE_NAME
 from policies.model import Action, FaultDomain
 from policies.safety import OutOfService
 
@@ -82,9 +83,9 @@ class SharedView:
 
     @property
     def reader(self) -> str:
-        """Who reads for the cluster ("" when nobody)."""
+        """Who reads for the cluster ("" when nobody, or a value that is not a node name)."""
         kv = self.agent.get("viewer")
-        return kv.value.decode(errors="replace") if kv is not None else ""
+        return (self.agent.values.node_name(kv, "viewer") or "") if kv is not None else ""
 
     async def elect(self) -> bool:
         """True when this agent is (or has just become) the cluster's reader."""
@@ -151,8 +152,8 @@ class SharedView:
         assert k_racks is not None and k_out is not None and k_at is not None
         try:
             at = msgspec.json.decode(k_at.value, type=_AtBody)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            self._reject(k_at.mod_revision)
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+            self._reject(k_at, str(err))
             return None
         if at.by != holder:
             return None
@@ -162,20 +163,29 @@ class SharedView:
         view = self._decoded[1]
         return None if view is None else replace(view, age_s=wall - at.at)
 
-    def _reject(self, revision: int) -> None:
-        if revision not in self._bad:
-            self._bad.add(revision)
+    def _reject(self, kv: Kv, why: str) -> None:
+        """Counted here and in rackguard_etcd_bad_values{kind="view"}, logged once."""
+        if kv.mod_revision not in self._bad:
+            self._bad.add(kv.mod_revision)
             self.rejected += 1
-            log.warning("%s: undecodable shared view in etcd (ignored)", self.agent.node)
+        self.agent.values.bad_value(kv, "view", why)
 
     def _decode(
         self, holder: str, k_racks: Kv, k_out: Kv, now: float, wall: float
     ) -> Published | None:
         try:
             racks = msgspec.json.decode(k_racks.value, type=_RacksBody)
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+            self._reject(k_racks, str(err))
+            return None
+        try:
             out = msgspec.json.decode(k_out.value, type=_OutBody)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            self._reject(max(k_racks.mod_revision, k_out.mod_revision))
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+            self._reject(k_out, str(err))
+            return None
+        names = [n for ns in racks.racks.values() for n in ns] + [o.node for o in out.out]
+        if any(NODE_NAME.fullmatch(n) is None for n in names):
+            self._reject(k_out, "not a node name in the view")
             return None
         if {racks.by, out.by} != {holder}:
             return None  # left over from a former reader, or forged by another agent

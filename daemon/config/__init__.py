@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 from daemon.config.cluster import ClusterConfig
+from daemon.config.network import is_loopback
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
+from daemon.config.power_cap import PowerCapConfig
 from daemon.config.scheduler import (
     NO_NODE_SETTING,
     SchedulerConfig,
@@ -38,6 +40,7 @@ __all__ = [
     "NvmlSourceConfig",
     "OpcuaSourceConfig",
     "PolicyConfig",
+    "PowerCapConfig",
     "SnmpSourceConfig",
     "SourceConfig",
     "SteeringConfig",
@@ -79,16 +82,6 @@ class LoggingConfig:
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,62})(\.[A-Za-z0-9][-A-Za-z0-9]{0,62})*$"
 )
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address (or 'localhost') that only this machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +149,7 @@ class Config:
     scheduler: SchedulerConfig | None = None
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
+    power_cap: PowerCapConfig = field(default_factory=PowerCapConfig)
 
     def validate(self) -> Problems:
         """At least one source, with names usable in logs and metrics."""

@@ -8,17 +8,17 @@ affinity. See docs/schedulers.md.
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
+from adapters.schedulers.kubernetes.label import label_key_problem
+from adapters.schedulers.slurm.weight import SLURM_MAX_WEIGHT
 from daemon.config.typed_toml import Problems, bounded
 
-# A label key: an optional DNS-subdomain prefix, then a name of at most 63 characters.
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-SLURM_MAX_WEIGHT = 2**32 - 2  # Weight is a uint32; the all-ones value means "unset"
+# The floors keep the controller's cost bounded (docs/schedulers.md, "Steering's
+# cost"): each node reads its setting at most once per min_interval_s (twice and
+# one update when it writes), so at 10,000 nodes 60 s is 167 updates/s at worst.
+MIN_INTERVAL_FLOOR_S = 60.0
+INTERVAL_FLOOR_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +39,9 @@ class SteeringConfig:
     # A margin leaves its bucket only once this far past the edge.
     hysteresis_c: float = bounded(1.0, ge=0, le=20)
     # At most one write per node this often (the scheduler's setting is not a gauge).
-    min_interval_s: float = bounded(300.0, ge=0, le=86400)
+    min_interval_s: float = bounded(300.0, ge=MIN_INTERVAL_FLOOR_S, le=86400)
     # How often the headroom is looked at (and a write considered).
-    interval_s: float = bounded(30.0, gt=0, le=3600)
+    interval_s: float = bounded(30.0, ge=INTERVAL_FLOOR_S, le=3600)
 
     def validate(self) -> Problems:
         """Edges ascending, one weight per bucket, decreasing; hysteresis under half a bucket."""
@@ -72,5 +72,6 @@ class SteeringConfig:
                 "must be strictly decreasing (least headroom first; lower is preferred),"
                 f" got {list(self.weights)}",
             )
-        if not _LABEL_KEY.match(self.label_key) or len(self.label_key) > 316:
-            yield "label_key", f"not a valid Kubernetes label key: {self.label_key!r}"
+        problem = label_key_problem(self.label_key)
+        if problem:
+            yield "label_key", f"not a valid Kubernetes label key ({problem}): {self.label_key!r}"

@@ -39,7 +39,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from adapters.schedulers.jobs import (
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 KEEP_CLOSED = 200  # closed notices kept in memory (and on disk) for the API
 STORAGE_RETRY_S = 5.0  # a notice the disk refused is offered again this often
 IN_FLIGHT = "unknown: the daemon stopped while signalling; not signalled again"
+FAILED = "failed"  # a job's step the scheduler refused for good: "failed: <why>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +86,27 @@ class JobNote:
     signaled: str = ""  # the outcome ("done", "gone", "refused: ...") once known
     requeued_at: float | None = None
     requeued: str = ""
+    # Its own deadline, where it is not the notice's (a pod that appeared after the tell).
+    deadline: float | None = None
+    # Not stored: a failed step of this job alone is asked again on its own schedule.
+    retry_at: float = 0.0
+    failures: int = 0
+    error: str = ""  # why its last step failed ("" once it went through)
 
     @property
-    def requeue(self) -> tuple[float | None, str]:
-        """requeued_at, requeued."""
-        return self.requeued_at, self.requeued
+    def requeue(self) -> tuple[float | None, str, float | None]:
+        """requeued_at, requeued, deadline: the columns that change with the requeue."""
+        return self.requeued_at, self.requeued, self.deadline
+
+    @property
+    def told(self) -> bool:
+        """Told (or being told) this notice, or failed to be for good."""
+        return self.signal_started_at is not None or self.signaled.startswith(FAILED)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more to do at the deadline: moved, gone, refused, or failed for good."""
+        return bool(self.requeued) and not self.requeued.startswith(Outcome.BLOCKED)
 
 
 @dataclass(slots=True)
@@ -137,7 +154,10 @@ class NoticeCounts:
 
 
 _NOTICE_COLS = "key, node, action, reason, domain, noticed_at, deadline, told_at, closed_at, closed"
-_JOB_COLS = "notice, job_id, name, user, signal, signal_started_at, signaled, requeued_at, requeued"
+_JOB_COLS = (
+    "notice, job_id, name, user, signal, signal_started_at, signaled, requeued_at, requeued,"
+    " deadline"
+)
 
 
 def _put_notice(db: sqlite3.Connection, n: Notice) -> None:
@@ -151,10 +171,11 @@ def _put_notice(db: sqlite3.Connection, n: Notice) -> None:
 
 def _put_job(db: sqlite3.Connection, key: str, j: JobNote) -> None:
     db.execute(
-        f"INSERT INTO notice_jobs ({_JOB_COLS}) VALUES (?,?,?,?,?,?,?,?,?) "
+        f"INSERT INTO notice_jobs ({_JOB_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?) "
         "ON CONFLICT(notice, job_id) DO UPDATE SET signal = excluded.signal,"
         " signal_started_at = excluded.signal_started_at, signaled = excluded.signaled,"
-        " requeued_at = excluded.requeued_at, requeued = excluded.requeued",
+        " requeued_at = excluded.requeued_at, requeued = excluded.requeued,"
+        " deadline = excluded.deadline",
         (key, j.job_id, j.name, j.user, j.signal, j.signal_started_at, j.signaled, *j.requeue),
     )
 
@@ -265,10 +286,10 @@ class JobNotices:
             now = self._wall()
             due = math.inf
             for n in [n for n in self._notices.values() if n.open]:
-                if n.retry_at <= now:
+                if self.next_at(n) <= now:
                     await self._advance(n)
                 if n.open:
-                    due = min(due, n.retry_at if n.retry_at > now else n.deadline)
+                    due = min(due, self.next_at(n))
             if self._inbox:
                 continue
             self._wake.clear()
@@ -311,15 +332,15 @@ class JobNotices:
                 log.info("%s: resumed before the deadline; no job requeued", d.node)
                 await self._withdraw(current)
             return
-        grace = (
-            self.settings.critical_grace_s
-            if d.action is Action.EXCLUDE
-            else self.settings.checkpoint_grace_s
-        )
+        grace = self._grace(d.action)
         deadline = now + grace
         if current is not None:
             if deadline < current.deadline:
                 current.deadline = deadline
+                for job in current.jobs.values():  # a late pod's own deadline too
+                    if job.deadline is not None and job.deadline > deadline:
+                        job.deadline = None
+                        await self._save(current, partial(_put_job, key=current.key, j=job))
                 current.told_at = None  # the jobs told are told the new deadline
                 await self._save(current, partial(_put_notice, n=current))
                 log.info("%s: %s brings the jobs' deadline forward", d.node, d.action)
@@ -331,12 +352,11 @@ class JobNotices:
         log.info("%s: %s applied; running jobs to checkpoint within %.0fs", d.node, d.action, grace)
 
     async def _advance(self, n: Notice) -> None:
+        """One pass over the node's jobs: each told, moved or asked again on its own."""
         try:
-            if n.told_at is None:
-                await self._tell(n)
-            if self._wall() >= n.deadline:
-                await self._requeue(n)
+            await self._pass(n)
         except (JobControlError, StorageError) as err:
+            # The node's list (or the disk) failed: nothing can be done for any job.
             n.failures += 1
             self.counts.retries[err.reason if isinstance(err, JobControlError) else "storage"] += 1
             delay = capped_backoff(
@@ -353,93 +373,205 @@ class JobNotices:
             level = first if n.failures == 1 else logging.DEBUG
             log.log(level, "%s: job notice: %s; retry in %.0fs", n.node, err, delay)
             return
+
+    def next_at(self, n: Notice) -> float:
+        """When the notice has something to do next (wall clock)."""
+        if n.retry_at and n.failures:
+            return n.retry_at  # the node's list failed: nothing before then
+        if n.told_at is None:
+            return 0.0
+        due = [n.deadline]
+        for j in n.jobs.values():
+            if j.retry_at and j.error:
+                due.append(j.retry_at)
+            elif not j.settled:
+                due.append(self._deadline(n, j))
+        return min(due)
+
+    @staticmethod
+    def _deadline(n: Notice, j: JobNote) -> float:
+        return j.deadline if j.deadline is not None else n.deadline
+
+    async def _pass(self, n: Notice) -> None:
+        now = self._wall()
+        signal = self.settings.signal
+        terms = NoticeTerms(signal, n.deadline, n.reason, n.domain)
+        listed = await self._jobs.running(n.node)
         if n.failures:
             log.info("%s: job notice: %s reachable again", n.node, self._jobs.name)
         n.failures = 0
-        n.retry_at = 0.0
-        if n.error:
-            n.error = ""
+        for job in listed:
+            note = n.jobs.get(job.job_id)
+            if note is not None and note.retry_at > now:
+                continue  # on its own schedule
+            try:
+                if signal and (note is None or not note.told):
+                    note = await self._tell_one(n, job, note, terms, now)
+                    if n.told_at is not None and now < self._deadline(n, note):
+                        continue  # told now; moved at its own deadline, not in this pass
+                elif signal and n.told_at is None and note and note.signal_started_at:
+                    await self._revise_one(n, job, note, terms)
+                if now >= self._deadline(n, note or JobNote(job.job_id)) and self.settings.requeue:
+                    await self._requeue_one(n, job, n.jobs.get(job.job_id))
+            except JobControlError as err:
+                await self._job_failed(n, job, err)
+            else:
+                note = n.jobs.get(job.job_id)
+                if note is not None and note.error:
+                    note.error, note.failures, note.retry_at = "", 0, 0.0
+                    log.info("%s: job %s: through at last", n.node, job.shown)
+        # The notice's own schedule is its jobs': the earliest retry of one that failed.
+        pending = [j.retry_at for j in n.jobs.values() if j.error and j.retry_at > self._wall()]
+        n.retry_at = min(pending, default=0.0)
+        error = "; ".join(f"{j.job_id}: {j.error}" for j in n.jobs.values() if j.error)
+        if error != n.error:
+            n.error = error
             self._changed(n)
+        if n.told_at is None:
+            # Shown as told only once that is on disk (a restart must not tell again).
+            await self._store.write(partial(_put_notice, n=replace(n, told_at=now)))
+            n.told_at = now
+            self._changed(n)
+        ids = {job.job_id for job in listed}
+        waiting = [j for j in n.jobs.values() if j.job_id in ids and not j.settled]
+        if not self.settings.requeue:
+            waiting = []  # nothing to do at the deadline
+        if now >= n.deadline and not any(now < self._deadline(n, j) or j.error for j in waiting):
+            await self._close(n, self._why(n, ids))
 
-    async def _tell(self, n: Notice) -> None:
-        signal = self.settings.signal
-        if signal:
-            terms = NoticeTerms(signal, n.deadline, n.reason, n.domain)
-            for job in await self._jobs.running(n.node):
-                known = n.jobs.get(job.job_id)
-                if known is not None and known.signal_started_at is not None:
-                    # Told before: of an earlier deadline, or a crash came between.
-                    outcome, _ = await self._jobs.revise(job, terms)
-                    if known.signaled == IN_FLIGHT and outcome is not Outcome.REFUSED:
-                        known.signaled = outcome.value  # checked, and completed
-                        await self._save(n, partial(_put_job, key=n.key, j=known))
-                    continue
-                note = JobNote(job.job_id, job.name, job.user, signal)
-                note.signal_started_at = self._wall()
-                # Durable before the signal: a restart never sends it twice.
-                await self._save(n, partial(_put_job, key=n.key, j=note))
-                n.jobs[job.job_id] = note
-                try:
-                    outcome, said = await self._jobs.notify(job, terms)
-                except JobControlError:
-                    # The scheduler said it could not: not told, so asked again.
-                    note.signal_started_at = None
-                    await self._save(n, partial(_put_job, key=n.key, j=note))
-                    raise
-                self.signals_sent += outcome is Outcome.DONE
-                self.counts.signals[outcome.value] += 1
-                note.signaled = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
-                await self._save(n, partial(_put_job, key=n.key, j=note))
-                log.info(
-                    "%s: job %s (%s) told (%s): %s; checkpoint by %s",
-                    n.node,
-                    job.shown,
-                    job.user,
-                    f"SIG{signal}" if signal.isupper() else signal,
-                    note.signaled,
-                    time.strftime("%H:%M:%SZ", time.gmtime(n.deadline)),
-                )
-        n.told_at = self._wall()
-        await self._save(n, partial(_put_notice, n=n))
+    async def _tell_one(
+        self, n: Notice, job: RunningJob, note: JobNote | None, terms: NoticeTerms, now: float
+    ) -> JobNote:
+        if note is None:
+            note = JobNote(job.job_id, job.name, job.user)
+            if n.told_at is not None:
+                # Landed after the tell: told first, and given the grace from now,
+                # bounded by the notice's own kind (an exclusion's critical grace).
+                note.deadline = max(n.deadline, now + self._grace(n.action))
+                terms = NoticeTerms(terms.signal, note.deadline, terms.reason, terms.domain)
+        elif note.deadline is not None:
+            terms = NoticeTerms(terms.signal, note.deadline, terms.reason, terms.domain)
+        note.signal = terms.signal
+        note.signal_started_at = self._wall()
+        # Durable before the signal: a restart never sends it twice.
+        await self._save(n, partial(_put_job, key=n.key, j=note))
+        n.jobs[job.job_id] = note
+        try:
+            outcome, said = await self._jobs.notify(job, terms)
+        except JobControlError as err:
+            # The scheduler said it could not: not told; asked again unless for good.
+            note.signal_started_at = None
+            if err.permanent:
+                note.signaled = f"{FAILED}: {err}"
+                self.counts.signals[FAILED] += 1
+            await self._save(n, partial(_put_job, key=n.key, j=note))
+            raise
+        self.signals_sent += outcome is Outcome.DONE
+        self.counts.signals[outcome.value] += 1
+        note.signaled = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
+        await self._save(n, partial(_put_job, key=n.key, j=note))
+        log.info(
+            "%s: job %s (%s) told (%s): %s; checkpoint by %s",
+            n.node,
+            job.shown,
+            job.user,
+            f"SIG{terms.signal}" if terms.signal.isupper() else terms.signal,
+            note.signaled,
+            time.strftime("%H:%M:%SZ", time.gmtime(terms.checkpoint_by)),
+        )
+        return note
 
-    async def _requeue(self, n: Notice) -> None:
-        blocked: list[str] = []
-        left: list[str] = []
-        if self.settings.requeue:
-            for job in await self._jobs.running(n.node):
-                note = n.jobs.get(job.job_id) or JobNote(job.job_id, job.name, job.user)
-                if note.requeued.startswith(Outcome.REFUSED):
-                    left.append(job.shown)
-                    continue  # left running, logged once
-                n.jobs[job.job_id] = note
-                outcome, said = await self._jobs.requeue(job)
-                self.counts.requeues[outcome.value] += 1
+    async def _revise_one(
+        self, n: Notice, job: RunningJob, known: JobNote, terms: NoticeTerms
+    ) -> None:
+        # Told before: of an earlier deadline, or a crash came between.
+        if known.deadline is not None:
+            terms = NoticeTerms(terms.signal, known.deadline, terms.reason, terms.domain)
+        outcome, _ = await self._jobs.revise(job, terms)
+        if known.signaled == IN_FLIGHT and outcome is not Outcome.REFUSED:
+            known.signaled = outcome.value  # checked, and completed
+            await self._save(n, partial(_put_job, key=n.key, j=known))
+
+    async def _requeue_one(self, n: Notice, job: RunningJob, note: JobNote | None) -> None:
+        if note is None:
+            note = JobNote(job.job_id, job.name, job.user)
+        if note.settled:
+            return  # moved, refused or failed for good: logged once
+        n.jobs[job.job_id] = note
+        try:
+            outcome, said = await self._jobs.requeue(job)
+        except JobControlError as err:
+            if err.permanent:
                 note.requeued_at = self._wall()
-                note.requeued = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
+                note.requeued = f"{FAILED}: {err}"
+                self.counts.requeues[FAILED] += 1
                 await self._save(n, partial(_put_job, key=n.key, j=note))
-                if outcome is Outcome.BLOCKED:
-                    blocked.append(f"{job.job_id} ({said})")
-                elif outcome is Outcome.REFUSED:
-                    left.append(job.shown)
-                    log.warning(
-                        "%s: job %s (%s) cannot be requeued, left running: %s",
-                        n.node,
-                        job.shown,
-                        job.user,
-                        said,
-                    )
-                else:
-                    log.info("%s: job %s (%s) requeued: %s", n.node, job.shown, job.user, said)
-        if blocked:
-            # Open until they go: asked again with backoff, never dropped or forced.
-            raise JobControlError(f"not yet: {'; '.join(blocked)}", reason="blocked")
+            raise
+        self.counts.requeues[outcome.value] += 1
+        note.requeued_at = self._wall()
+        note.requeued = outcome.value if outcome is Outcome.DONE else f"{outcome}: {said}"
+        await self._save(n, partial(_put_job, key=n.key, j=note))
+        if outcome is Outcome.BLOCKED:
+            # Not now (a disruption budget): asked again with backoff, never forced.
+            raise JobControlError(f"not yet: {job.job_id} ({said})", reason="blocked")
+        if outcome is Outcome.REFUSED:
+            log.warning(
+                "%s: job %s (%s) cannot be requeued, left running: %s",
+                n.node,
+                job.shown,
+                job.user,
+                said,
+            )
+        else:
+            log.info("%s: job %s (%s) requeued: %s", n.node, job.shown, job.user, said)
+
+    async def _job_failed(self, n: Notice, job: RunningJob, err: JobControlError) -> None:
+        """One job's step failed: recorded on that job, asked again on its own schedule."""
+        note = n.jobs.get(job.job_id)
+        if note is None:  # failed before anything was written for it
+            note = n.jobs[job.job_id] = JobNote(job.job_id, job.name, job.user)
+        self.counts.retries[err.reason] += 1
+        if note.signaled.startswith(FAILED) and not note.requeued and not note.error:
+            # Told for good that it cannot be told: moved at the deadline all the same.
+            log.error("%s: job %s (%s) cannot be told: %s", n.node, job.shown, job.user, err)
+            self._changed(n)
+            return
+        if note.requeued.startswith(FAILED):
+            log.error("%s: job %s (%s) cannot be moved: %s", n.node, job.shown, job.user, err)
+            note.error, note.retry_at = "", 0.0
+            self._changed(n)
+            return
+        note.failures += 1
+        delay = capped_backoff(
+            self.settings.retry_initial_s, self.settings.retry_max_s, note.failures
+        )
+        note.retry_at = self._wall() + delay
+        note.error = str(err)
+        level = logging.WARNING if note.failures == 1 else logging.DEBUG
+        log.log(level, "%s: job %s: %s; retry in %.0fs", n.node, job.shown, err, delay)
+        self._changed(n)
+
+    def _why(self, n: Notice, running: set[str]) -> str:
         why = "requeued" if self.settings.requeue else "deadline passed"
+        left = [j.job_id for j in n.jobs.values() if j.requeued.startswith(Outcome.REFUSED)]
+        failed = [
+            f"{j.job_id} ({j.requeued.removeprefix(FAILED + ': ')})"
+            for j in n.jobs.values()
+            if j.requeued.startswith(FAILED) and j.job_id in running
+        ]
         if left:
             why += f"; left running (the scheduler refused to requeue): {', '.join(left)}"
-        await self._close(n, why)
+        if failed:
+            why += f"; could not be moved: {'; '.join(failed)}"
+        return why
+
+    def _grace(self, action: Action) -> float:
+        if action is Action.EXCLUDE:
+            return self.settings.critical_grace_s
+        return self.settings.checkpoint_grace_s
 
     async def _withdraw(self, n: Notice) -> None:
-        # Best effort, once: the notice is closed whatever the scheduler says.
+        # Best effort, once per job: one refusal never keeps the others' annotations.
         for note in n.jobs.values():
             if note.signal_started_at is None:
                 continue
@@ -447,8 +579,11 @@ class JobNotices:
             try:
                 outcome, said = await self._jobs.revise(job, None)
             except JobControlError as err:
-                log.warning("%s: the jobs' notice could not be taken back: %s", n.node, err)
-                return
+                self.counts.retries[err.reason] += 1
+                log.warning(
+                    "%s: job %s: the notice could not be taken back: %s", n.node, job.job_id, err
+                )
+                continue
             log.debug("%s: job %s: notice taken back: %s %s", n.node, job.job_id, outcome, said)
 
     async def close(self) -> None:

@@ -10,7 +10,6 @@ the operator is told, rather than a pin silently lost at the next restart.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import re
 import sqlite3
 import time
@@ -18,7 +17,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 import orjson
@@ -30,81 +29,123 @@ from policies.codec import to_data
 from policies.safety import Overrides, Pin
 
 OverrideAction = Literal["pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm"]
+# What a request's texts are stripped of; a reason must hold something else. ASCII
+# only, so the pattern means the same to Python's re as to a client's ECMA regex.
+# Any other character is taken (the log escapes what it writes).
+_BLANK = " \t\n\r\f\v"
 _Text = Annotated[str, Meta(max_length=256)]
+_Reason = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=256,
+        pattern=r"[^ \t\n\r\f\v]",
+        description="why, for the audit log (not blank)",
+    ),
+]
+NODE_PATTERN = "^[!-~]+$"  # printable ASCII without spaces: a scheduler's node name
+_Node = Annotated[
+    str,
+    Meta(min_length=1, max_length=256, pattern=NODE_PATTERN, description="the node's name"),
+]
 
 
 class OverrideError(ValueError):
     """A malformed override request; the message names the field."""
 
 
-# A msgspec Struct rather than a dataclass: only a Struct refuses unknown fields
+# msgspec Structs rather than dataclasses: only a Struct refuses unknown fields
 # while decoding (and says so in its schema), so a misspelt ``pinn`` is an error,
-# not a pin silently left out.
-class OverrideRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One POST /v1/overrides body (its schema is derived from this class)."""
-
-    action: OverrideAction
-    reason: Annotated[str, Meta(min_length=1, max_length=256)]
-    node: _Text = ""
-    pin: Pin | None = None
+# not a pin silently left out. One Struct per action, tagged by ``action``, each
+# with exactly the fields it takes: the schema (a oneOf with a discriminator) and
+# the decoder are the same definition.
+class _Override(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, tag_field="action"
+):
+    reason: _Reason
     actor: _Text = "operator"
 
-    @classmethod
-    def parse(cls, body: Any) -> OverrideRequest:
-        """Decode and check a JSON-decoded body; OverrideError names the field and the fault."""
-        try:
-            req = msgspec.convert(body, cls)
-        except msgspec.ValidationError as err:
-            raise OverrideError(_field_error(cls, str(err))) from None
-        return req.checked()
+    @property
+    def action(self) -> OverrideAction:
+        """The request's tag."""
+        return typing.cast(OverrideAction, self.__struct_config__.tag)
 
-    def checked(self) -> OverrideRequest:
-        """The request with its texts stripped, once its fields agree with each other."""
-        node, reason, actor = self.node.strip(), self.reason.strip(), self.actor.strip()
-        if not reason:
-            raise OverrideError("reason: required, so the audit log says why")
-        if self.action in ("pin", "unpin"):
-            if not node or any(c.isspace() for c in node):
-                raise OverrideError("node: required for pin/unpin, a node name without spaces")
-        elif node:
-            raise OverrideError(f"node: not used with action {self.action!r}")
-        if self.action == "pin" and self.pin is None:
-            choices = ", ".join(p.value for p in Pin)
-            raise OverrideError(f"pin: required for action 'pin', one of {choices}")
-        if self.action != "pin" and self.pin is not None:
-            raise OverrideError(f"pin: not used with action {self.action!r}")
-        return msgspec.structs.replace(self, node=node, reason=reason, actor=actor or "operator")
+
+class PinRequest(_Override, frozen=True, tag="pin"):
+    """Pin a node: never drain it, or keep it excluded."""
+
+    node: _Node
+    pin: Pin
+
+
+class UnpinRequest(_Override, frozen=True, tag="unpin"):
+    """Remove a node's pin."""
+
+    node: _Node
+    pin: ClassVar[Pin | None] = None
+
+
+class _NoNode(_Override, frozen=True):
+    node: ClassVar[str] = ""
+    pin: ClassVar[Pin | None] = None
+
+
+class PausePredictiveRequest(_NoNode, frozen=True, tag="pause_predictive"):
+    """Pause predictive drains (reactive ones go on)."""
+
+
+class ResumePredictiveRequest(_NoNode, frozen=True, tag="resume_predictive"):
+    """Resume predictive drains."""
+
+
+class ResetStormRequest(_NoNode, frozen=True, tag="reset_storm"):
+    """Reset the storm breaker."""
+
+
+OverrideRequest = (
+    PinRequest | UnpinRequest | PausePredictiveRequest | ResumePredictiveRequest | ResetStormRequest
+)
+REQUEST_TYPES: tuple[type[_Override], ...] = typing.get_args(OverrideRequest)
+_BY_ACTION = {str(t.__struct_config__.tag): t for t in REQUEST_TYPES}
+
+
+def parse_override(body: Any) -> OverrideRequest:
+    """Decode and check a JSON-decoded body; OverrideError names the field and the fault."""
+    try:
+        req: OverrideRequest = msgspec.convert(body, OverrideRequest)
+    except msgspec.ValidationError as err:
+        raise OverrideError(_field_error(body, str(err))) from None
+    if req.node.endswith("\n"):  # Python's ``$`` matches before a final newline, ECMA's not
+        raise OverrideError("node: a line break is not part of it")
+    actor = req.actor.strip(_BLANK) or "operator"
+    return msgspec.structs.replace(req, reason=req.reason.strip(_BLANK), actor=actor)
 
 
 _AT_FIELD = re.compile(r"(?P<what>.*) - at `\$(?P<path>.*)`")
 _NAMED = re.compile(r"field `(?P<name>[^`]*)`")
 
 
-def _field_error(cls: type[msgspec.Struct], message: str) -> str:
+def _field_error(body: Any, message: str) -> str:
     """msgspec's ``Expected `str`, got `int` - at `$.node``` as ``node: expected `str`, ...``."""
+    tag = body.get("action") if isinstance(body, dict) else None
+    cls = _BY_ACTION.get(tag) if isinstance(tag, str) else None
     at = _AT_FIELD.fullmatch(message)
     if at is not None:
         what, field = at["what"], at["path"].lstrip(".") or "body"
     else:  # "Object missing required field `reason`", "... contains unknown field `x`"
         named = _NAMED.search(message)
         what, field = message, named["name"] if named else "body"
-        if "unknown field" in message:
-            what += f" (known: {', '.join(cls.__struct_fields__)})"
-    if what.startswith("Invalid enum value"):
-        what += f" (one of: {', '.join(_choices(cls, field))})"
+        if "unknown field" in message and cls is not None:
+            known = ", ".join(("action", *cls.__struct_fields__))
+            what += f" (action {tag!r} takes: {known})"
+    if field == "action" and what.startswith("Invalid value"):
+        what += f" (one of: {', '.join(_BY_ACTION)})"
+    elif field == "pin" and what.startswith("Invalid enum value"):
+        what += f" (one of: {', '.join(p.value for p in Pin)})"
+    elif field == "reason" and "matching regex" in what:
+        what = "required, so the audit log says why (not blank)"
+    what = what.replace("`NoneType`", "`null`")  # the tag's type error names Python's
     return f"{field}: {what[:1].lower()}{what[1:]}"
-
-
-def _choices(cls: type, field: str) -> list[str]:
-    """The values a Literal or enum field takes."""
-    hint = typing.get_type_hints(cls).get(field)
-    out: list[str] = []
-    for t in (hint, *typing.get_args(hint)):
-        if isinstance(t, type) and issubclass(t, enum.Enum):
-            out += [m.value for m in t]
-        elif typing.get_origin(t) is Literal:
-            out += [str(a) for a in typing.get_args(t)]
-    return out
 
 
 @dataclass(frozen=True, slots=True)

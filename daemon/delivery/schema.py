@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
 
 # Version 1. Version 0 is the unversioned schema of the first releases: the same
@@ -112,9 +112,19 @@ def _migrate_2_to_3(db: sqlite3.Connection, tables: set[str]) -> None:
         db.execute(statement)
 
 
+# Version 4: a job's own deadline on a notice (a pod that appeared after the tell).
+_COLUMNS_V4 = ("ALTER TABLE notice_jobs ADD COLUMN deadline REAL",)
+
+
+def _migrate_3_to_4(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _COLUMNS_V4:
+        db.execute(statement)
+
+
 # MIGRATIONS[v] takes a database at version v to v + 1.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
     _migrate_0_to_1,
     _migrate_1_to_2,
     _migrate_2_to_3,
+    _migrate_3_to_4,
 )

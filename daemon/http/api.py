@@ -10,26 +10,34 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 
 from daemon.delivery.outbox import StorageError
-from daemon.delivery.overrides import AuditEntry, OverrideError, OverrideRequest
+from daemon.delivery.overrides import AuditEntry, OverrideError, OverrideRequest, parse_override
 from daemon.http import bodies
-from daemon.http.decision_log import MAX_LIMIT, LogQuery, QueryError
+from daemon.http.decision_log import LogQuery, QueryError
 from daemon.http.events import Event, EventHub
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from daemon.http.notice import NoticeView, add_notice_routes
 from daemon.http.openapi import OPENAPI
 from daemon.http.page import add_page_routes
+from daemon.http.params import (
+    DecisionQuery,
+    EventsHeaders,
+    EventsQuery,
+    ParamError,
+    decode,
+    unix_time,
+)
 from daemon.http.steering import add_steering_routes
 from policies.model import Condition, Quality, Reading
 from policies.tracking import gpu_kind
@@ -40,13 +48,11 @@ if TYPE_CHECKING:
     from daemon.service.steering import SteeringStatus
 
 log = logging.getLogger(__name__)
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 JSON = "application/json"
 MAX_BODY_BYTES = 16 * 1024
 SSE_HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing an idle stream
-# Ids and counts in requests are at most this many digits: int() of a longer
-# string is refused by Python (4,300 digits) or costs quadratic time.
-MAX_DIGITS = 18
 # Probes stay open on any address (a load balancer or kubelet has no token),
 # and so does the API's description, which holds no node data.
 _OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
@@ -223,55 +229,25 @@ async def assessments(request: web.Request) -> web.Response:
     )
 
 
-def _time_param(request: web.Request, name: str) -> float | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return None
-    bad = ApiError(400, "bad_parameter", f"{name}: unix seconds or an ISO 8601 time")
+def _decoded(values: MultiMapping[str], cls: type[_S]) -> _S:
     try:
-        value = float(raw)
-    except ValueError:
-        try:
-            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-        except (ValueError, OverflowError):
-            raise bad from None
-    if not math.isfinite(value):  # nan, inf, or digits past a float's range
-        raise bad
-    return value
-
-
-def _count_param(raw: str | None, name: str) -> int | None:
-    """A non-negative integer of at most MAX_DIGITS digits; None when absent."""
-    if raw is None or raw == "":
-        return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= MAX_DIGITS):
-        raise ApiError(400, "bad_parameter", f"{name}: a non-negative integer")
-    return int(raw)
-
-
-def _limit_param(request: web.Request, default: int = 100) -> int:
-    limit = _count_param(request.query.get("limit"), "limit")
-    if limit is None:
-        return default
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ApiError(400, "bad_parameter", f"limit: an integer from 1 to {MAX_LIMIT}")
-    return limit
+        return decode(values, cls)
+    except ParamError as err:
+        raise ApiError(400, "bad_parameter", str(err)) from err
 
 
 async def decisions(request: web.Request) -> web.Response:
     """The decision log (decisions and audited overrides), newest first, cursor-paged."""
     view = request.app[_CTX].view
-    kind = request.query.get("kind")
-    if kind not in (None, "decision", "override"):
-        raise ApiError(400, "bad_parameter", "kind: 'decision' or 'override'")
+    p = _decoded(request.query, DecisionQuery)
     q = LogQuery(
-        node=request.query.get("node"),
-        action=request.query.get("action"),
-        kind=kind,
-        since=_time_param(request, "since"),
-        until=_time_param(request, "until"),
-        limit=_limit_param(request),
-        cursor=request.query.get("cursor"),
+        node=p.node,
+        action=p.action,
+        kind=p.kind,
+        since=unix_time(p.since),
+        until=unix_time(p.until),
+        limit=p.limit,
+        cursor=p.cursor,
     )
     try:
         items, cursor = await view.decision_page(q)
@@ -298,8 +274,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: assessments, decisions, deliveries, overrides; resumable."""
     ctx = request.app[_CTX]
     hub = ctx.view.events
-    raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    after = _count_param(raw, "Last-Event-ID")
+    # Both are checked, though the header wins: a bad value is refused wherever it is.
+    header = _decoded(request.headers, EventsHeaders).last_event_id
+    query = _decoded(request.query, EventsQuery).last_event_id
+    after = header if header is not None else query
     if after is None:
         after = hub.last_id
     if after > hub.last_id:
@@ -394,7 +372,7 @@ async def post_overrides(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError as err:
         raise ApiError(400, "bad_json", f"body is not JSON: {err}") from err
     try:
-        req = OverrideRequest.parse(body)
+        req = parse_override(body)
     except OverrideError as err:
         raise ApiError(400, "bad_override", str(err)) from err
     ctx = request.app[_CTX]
@@ -438,7 +416,10 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if exc.status < 400:
             raise
         code = exc.reason.lower().replace(" ", "_")
-        return error_response(exc.status, code, exc.text or exc.reason)
+        resp = error_response(exc.status, code, exc.text or exc.reason)
+        if "Allow" in exc.headers:  # a 405 says what the resource takes (RFC 9110 15.5.6)
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
     except sqlite3.Error as err:
         return error_response(503, "storage_unavailable", f"decision store: {err}")
 

@@ -45,18 +45,37 @@ class NoticeJob:
         str, Meta(description="how it was told: USR1 (Slurm), annotation (Kubernetes); empty: not")
     ]
     signaled_at: UnixTime | None
-    signaled: Annotated[str, Meta(description="done, gone, refused: ..., unknown: ...")]
+    signaled: Annotated[
+        str,
+        Meta(description="done, gone, refused: ..., unknown: ..., failed: ... (for good)"),
+    ]
     requeued_at: UnixTime | None
     requeued: Annotated[
-        str, Meta(description="done, gone, refused: ..., blocked: ... (asked again)")
+        str,
+        Meta(
+            description="done, gone, refused: ..., blocked: ... (asked again),"
+            " failed: ... (for good: the reason an operator must see)"
+        ),
     ]
+    checkpoint_by: Annotated[
+        float | None,
+        Meta(
+            description="its own deadline (a job that appeared after the tell), Unix time;"
+            " null: the notice's"
+        ),
+    ]
+    error: Annotated[
+        str,
+        Meta(description="why this job's last step failed; asked again at retry_at; empty: none"),
+    ]
+    retry_at: Annotated[float | None, Meta(description="Unix time of this job's next try")]
 
     @classmethod
     def of(cls, j: job_notices.JobNote) -> NoticeJob:
         """A job note as the API shows it."""
         return cls(
             j.job_id, j.name, j.user, j.signal, j.signal_started_at, j.signaled,
-            j.requeued_at, j.requeued,
+            j.requeued_at, j.requeued, j.deadline, j.error, j.retry_at if j.error else None,
         )  # fmt: skip
 
 
@@ -75,7 +94,11 @@ class Notice:
     closed_at: UnixTime | None
     closed: Annotated[str, Meta(description="requeued, resumed before the deadline")]
     error: Annotated[
-        str, Meta(description="why the last step failed and is being retried; empty: none")
+        str,
+        Meta(
+            description="why the last step failed and is being retried (the node's list, or"
+            " each job still failing: 'ns/pod: ...'); empty: none"
+        ),
     ]
     jobs: list[NoticeJob]
 

@@ -17,6 +17,8 @@ _TYPES = {
     "page.js": "text/javascript",
     "page.css": "text/css",
 }
+# What /static/{name} serves.
+STATIC_FILES = tuple(name for name in _TYPES if name != "index.html")
 # The page may load only what the agent itself serves.
 _POLICY = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
 
@@ -42,7 +44,7 @@ def add_page_routes(app: web.Application) -> None:
 
     async def static(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        if name not in files or name == "index.html":
+        if name not in STATIC_FILES:
             raise web.HTTPNotFound(text=f"no static file {name!r}")
         return respond(name)
 

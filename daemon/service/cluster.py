@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from adapters.schedulers.listing import NodeLister
 from daemon.cluster.agent import EtcdAgent
-from daemon.cluster.etcd import EtcdClient
+from daemon.cluster.etcd_connect import etcd_client
 from daemon.cluster.fleet import Fleet
 from daemon.cluster.leader import Feed, RackLeader
 from daemon.cluster.scheduler_view import SchedulerView
@@ -52,7 +52,7 @@ def build_fleet(
     c = config.cluster
     agent = None
     if c.etcd:
-        client = EtcdClient(c.etcd, timeout_s=c.claim_timeout_s)
+        client = etcd_client(c)
         agent = EtcdAgent(
             client, config.node.name, prefix=c.etcd_prefix, lease_ttl_s=c.lease_ttl_s, rng=rng
         )
@@ -115,6 +115,14 @@ class FleetCollector:
                 "Times etcd was found unreachable (the agent degraded).",
                 value=f.etcd.failures,
             )
+            bad = CounterMetricFamily(
+                "rackguard_etcd_bad_values",
+                "Values read from etcd that were not what rackguard writes (ignored), by kind.",
+                labels=["kind"],
+            )
+            for kind, n in sorted(f.etcd.values.bad.items()):
+                bad.add_metric([kind], n)
+            yield bad
         if f.scheduler is not None:
             yield CounterMetricFamily(
                 "rackguard_cluster_view_reads",

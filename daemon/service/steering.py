@@ -20,8 +20,20 @@ Kubernetes label (adapters/schedulers/slurm/weight.py, kubernetes/label.py). The
 5. Disabled (at start or by a reload): the original is written back where the
    value is still rackguard's, and the stored row is dropped.
 
-Scheduler failures are logged (WARNING once, then DEBUG) and counted, and the
-step is tried again at the next interval.
+6. A value rackguard could not write back (Slurm's ``Weight=INFINITE``, shown
+   as 4294967295; a label value the API server would refuse) found before the
+   first write means the node is left alone (state ``left_alone``), said once,
+   and read again only every ``min_interval_s``: never overwritten.
+7. A write the scheduler refuses for good (``scontrol``'s "not a valid number",
+   a 422 on a label) is final for that value: state ``refused`` in GET
+   /v1/steering, logged once at ERROR, not asked again until the value wanted
+   changes (another bucket, a reload).
+8. A write that went through before a crash could record it (the row says
+   ``writing`` = the value in place) is completed on the next read, so the node
+   is not re-read every interval.
+
+Other scheduler failures are logged (WARNING once, then DEBUG) and counted, and
+the step is tried again at the next interval.
 """
 
 from __future__ import annotations
@@ -87,7 +99,8 @@ class SteeringStatus:
     enabled: bool
     node: str
     target: str  # "slurm weight", "kubernetes label <key>"
-    # disabled, untrusted, held, waiting, steered, rate_limited, foreign, failed
+    # disabled, untrusted, held, waiting, steered, rate_limited, foreign, failed,
+    # left_alone (a value rackguard could not write back), refused (final for a value)
     state: str
     detail: str
     headroom_c: float | None
@@ -157,6 +170,9 @@ class Steering:
         self._foreign_seen: str | None = None  # the foreign value warned about
         self._failing = False
         self._last_headroom: NodeHeadroom | None = None
+        self._attempt: str | None = None  # the value being written this step
+        self._refused: tuple[str | None, str] | None = None  # (value, why): final for it
+        self._left_alone: str | None = None  # the unwritable value found and said
         # step() reports its own failures: the poller only keeps the cadence.
         self.poller = Poller(
             f"{node}: steering",
@@ -183,6 +199,7 @@ class Steering:
     async def step(self) -> None:
         """One look at the headroom, and at most one write (or one restore)."""
         cfg = self._config()
+        self._attempt = None
         try:
             if cfg.enabled:
                 await self._steer(cfg)
@@ -190,7 +207,12 @@ class Steering:
                 await self._restore()
         except SettingChanged as err:
             self._foreign(str(err), None)
-        except (DeliveryError, StorageError) as err:
+        except DeliveryError as err:
+            if err.permanent and self._attempt is not None:
+                self._refuse(self._attempt, err)
+            else:
+                self._failed(err)
+        except StorageError as err:
             self._failed(err)
         else:
             if self._failing:
@@ -222,9 +244,16 @@ class Steering:
         held_bucket = row.bucket if row is not None else self.bucket
         bucket = steer_bucket(h.margin_c, cfg.edges_c, held_bucket, cfg.hysteresis_c)
         want = self._value_of(cfg, bucket)
+        self._attempt = None
+        if self._refused is not None and self._refused[0] == want:
+            self._set("refused", self._refused[1])
+            return
         now = self._wall()
         verify_due = self._read_at is None or now - self._read_at >= cfg.min_interval_s
-        if row is not None and row.written == want and not verify_due:
+        if not verify_due and self.state in ("left_alone", "foreign"):
+            return  # looked at again once per min_interval_s, not every interval
+        in_place = row.written if row is not None else self.value
+        if in_place == want and not verify_due:
             if self.state != "foreign":
                 self._set("steered", f"bucket {bucket}: {want}")
             return
@@ -233,6 +262,12 @@ class Steering:
             return
         current = await self._setting.read(self.node)
         self.value, self._read_at = current, now
+        if row is None and not self._setting.writable(current):
+            self._leave_alone(current)
+            return
+        self._left_alone = None
+        if row is not None and row.writing is not None:
+            await self._settle_writing(row, current, now)
         if row is not None and not row.ours(current):
             self._foreign(f"{current} since rackguard wrote {row.written}", current)
             return
@@ -252,7 +287,9 @@ class Steering:
         row.writing = want
         await self._save(row)  # the original and the write to come, before the write
         self.row = row
+        self._attempt = want
         await self._setting.write(self.node, want, current)
+        self._attempt = None
         row.written, row.writing, row.written_at, row.bucket = want, None, now, bucket
         self.value, self.bucket = want, bucket
         await self._save(row)
@@ -281,8 +318,22 @@ class Steering:
             log.info(
                 "%s: steering disabled; the %s is its original, %s", self.node, row.target, current
             )
+        elif not self._setting.writable(row.original):
+            log.warning(
+                "%s: steering disabled; the %s's original, %s, is not one rackguard can"
+                " write: left at %s",
+                self.node,
+                row.target,
+                row.original,
+                current,
+            )
         elif row.ours(current):
+            if self._refused is not None and self._refused[0] == row.original:
+                self._set("refused", self._refused[1])
+                return
+            self._attempt = row.original
             await self._setting.write(self.node, row.original, current)
+            self._attempt = None
             self.value = row.original
             self.writes["restored"] += 1
             log.info(
@@ -340,6 +391,36 @@ class Steering:
         if self.state == "foreign":
             log.info("%s: steering: the %s is rackguard's again; steering", self.node, self._target)
         self._foreign_seen = None
+
+    async def _settle_writing(self, row: SteeringRow, current: str | None, now: float) -> None:
+        """A write started before a crash: record it as written if it landed, else drop it."""
+        if current == row.writing:
+            row.written, row.written_at = current, now
+            log.info("%s: steering: the %s write of %s had landed", self.node, row.target, current)
+        row.writing = None
+        await self._save(row)
+
+    def _leave_alone(self, value: str | None) -> None:
+        detail = (
+            f"the {self._target} is {value}, a value rackguard could not write back:"
+            " left alone, never overwritten"
+        )
+        if self._left_alone != value:
+            log.warning("%s: steering: %s", self.node, detail)
+            self._left_alone = value
+        self._set("left_alone", detail)
+
+    def _refuse(self, value: str | None, err: DeliveryError) -> None:
+        self.writes["failed"] += 1
+        self._attempt = None
+        row = self.row
+        if row is not None and row.writing == value:
+            row.writing = None  # refused: it never landed (kept in memory; the read settles it)
+        why = f"the scheduler refused {value} for good: {err}"
+        if self._refused is None or self._refused[0] != value:
+            log.error("%s: steering: %s (not asked again for this value)", self.node, why)
+        self._refused = (value, why)
+        self._set("refused", why)
 
     def _failed(self, err: Exception) -> None:
         self.writes["failed"] += 1

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from daemon.cluster.etcd import EtcdClient
 from fakes.cdu_server import FakeCduServer
 from fakes.demo import RackFakes
 from fakes.etcd_server import EtcdServer, etcd_available
@@ -257,3 +260,37 @@ async def test_an_idle_node_follows_its_rack_peers_cooling_loop_drain_live(
 
 async def _first(fleet: FleetRun, node: str) -> Write | None:
     return next((w for w in fleet.writes if w.node == node and w.state != "RESUME"), None)
+
+
+async def test_etcd_recovers_and_etcd_garbage_is_ignored_by_a_running_fleet(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    # Junk a resuming agent reads (every drain slot) and one every evaluation reads (causes).
+    junk = EtcdClient([etcd.url], timeout_s=2.0)
+    await junk.put("/rackguard/drain/rack/zz/0", b"\xff\xfe")
+    await junk.put("/rackguard/cause/a/\ufffd\ufffd", b'{"domain": "rack"}')
+    await junk.put("/rackguard/cause/b/b9", b"\xff{")
+    await junk.close()
+    fleet = FleetRun(tmp_path, racks("chiller-loss"), SPEED, policy=BUDGET, etcd=[etcd.url])
+    await fleet.fast_forward(650.0)
+    await fleet.start()
+    try:
+        await wait_until(lambda: max_predictive_out(fleet.writes) >= 2, timeout=60, what="drains")
+        assert etcd.proc is not None
+        os.kill(etcd.proc.pid, signal.SIGSTOP)
+        await asyncio.sleep(2.5)
+        os.kill(etcd.proc.pid, signal.SIGCONT)
+        for node in fleet.agents:
+            await wait_for_result(
+                partial(fleet.api, node, "GET", "/readyz"),
+                lambda body: body["cluster"]["degraded"] is False,
+                timeout=30,
+                what=f"{node} up again after the stall",
+            )
+        metrics = await fleet.metrics("a1")
+        assert 'rackguard_etcd_bad_values_total{kind="cause"} 2.0' in metrics
+        # The junk named nobody: no agent drained for it, none crashed on it.
+        assert all(a.proc is not None and a.proc.poll() is None for a in fleet.agents.values())
+        assert not any("Traceback" in fleet.log(n) for n in fleet.agents)
+    finally:
+        await fleet.close()

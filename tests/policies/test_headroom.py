@@ -9,11 +9,11 @@ import pytest
 
 from fakes.sim.scenario import parse_scenario
 from fakes.sim.trace_writer import scenario_readings
+from policies.gpu_tracker import GpuTracker
 from policies.headroom import ResistanceEstimator
 from policies.model import Action, FaultDomain, Quality, Reading, SensorKind
 from policies.replay import replay_readings
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker
 
 
 def test_resistance_is_the_robust_median_of_steady_buckets() -> None:

@@ -167,6 +167,16 @@ class FleetRun:
         ):
             return await resp.json()
 
+    async def metrics(self, node: str) -> str:
+        """An agent's /metrics, as Prometheus scrapes it."""
+        a = self.agents[node]
+        headers = {"Authorization": f"Bearer {API_TOKEN}"}
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"http://127.0.0.1:{a.port}/metrics", headers=headers) as resp,
+        ):
+            return await resp.text()
+
     def kill(self, node: str) -> None:
         """SIGKILL one agent (a dead agent: no goodbye to etcd)."""
         proc = self.agents[node].proc

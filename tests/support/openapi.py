@@ -10,30 +10,36 @@ from referencing.jsonschema import DRAFT202012
 
 from daemon.http.openapi import OPENAPI
 
+_BASE = "urn:rackguard:openapi"
+
+
+def _validator(pointer: str) -> Draft202012Validator:
+    """A validator for the schema at ``pointer`` in the document, its $refs resolved there."""
+    resource: Resource[Any] = DRAFT202012.create_resource(OPENAPI)
+    registry: Registry[Any] = Registry().with_resource(_BASE, resource)
+    return Draft202012Validator({"$ref": f"{_BASE}#{pointer}"}, registry=registry)
+
 
 def validator(schema_name: str) -> Draft202012Validator:
-    """A validator for one component schema, resolving $refs inside the OpenAPI document."""
-    resource: Resource[Any] = DRAFT202012.create_resource(OPENAPI)
-    registry: Registry[Any] = Registry().with_resource("urn:rackguard:openapi", resource)
-    schema = {"$ref": f"urn:rackguard:openapi#/components/schemas/{schema_name}"}
-    return Draft202012Validator(schema, registry=registry)
+    """A validator for one component schema."""
+    return _validator(f"/components/schemas/{schema_name}")
+
+
+def _check(v: Draft202012Validator, body: Any) -> None:
+    errors = sorted(v.iter_errors(body), key=str)
+    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors[:5]]
 
 
 def check(schema_name: str, body: Any) -> None:
     """Assert ``body`` matches the schema, listing the first few mismatches."""
-    errors = sorted(validator(schema_name).iter_errors(body), key=str)
-    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors[:5]]
-
-
-def response_schema(path: str, method: str, status: int) -> str:
-    """The component the document names for ``method path`` answering ``status``."""
-    route = path.split("?", 1)[0]
-    responses = OPENAPI["paths"][route][method.lower()]["responses"]
-    response = responses.get(str(status)) or responses["default"]
-    ref: str = response["content"]["application/json"]["schema"]["$ref"]
-    return ref.removeprefix("#/components/schemas/")
+    _check(validator(schema_name), body)
 
 
 def check_response(path: str, method: str, status: int, body: Any) -> None:
     """Assert ``body`` matches what the document says ``method path`` answers with ``status``."""
-    check(response_schema(path, method, status), body)
+    route = path.split("?", 1)[0]
+    responses = OPENAPI["paths"][route][method.lower()]["responses"]
+    assert str(status) in responses, f"{method} {route} does not declare {status}"
+    escaped = route.replace("~", "~0").replace("/", "~1")
+    response = f"/paths/{escaped}/{method.lower()}/responses/{status}"
+    _check(_validator(f"{response}/content/application~1json/schema"), body)

@@ -2,8 +2,13 @@
 
 - List: ``GET /api/v1/pods?fieldSelector=spec.nodeName=NODE&limit=500``, page by
   page (``continue``; an expired token, 410, starts the list again), less the
-  pods ``kubectl drain`` leaves alone: DaemonSet-owned, mirror (static) pods,
-  and pods already terminating, Succeeded or Failed. Each pod's own
+  pods ``kubectl drain`` leaves alone (kubectl ``pkg/drain/filters.go``): mirror
+  (static) pods, pods already terminating, Succeeded or Failed, and DaemonSet
+  pods — by the *controller* owner reference only (``controller: true``), an
+  apps/v1 DaemonSet that exists (``GET /apis/apps/v1/.../daemonsets/NAME``,
+  same uid). Any other owner reference saying "DaemonSet" (not the controller,
+  another API group) dodges nothing; a pod whose DaemonSet is gone is an orphan
+  nothing restarts: told, and left running like a bare pod. Each pod's own
   ``spec.nodeName`` must name the node (a proxy may drop the selector). A pod's
   job id is ``namespace/name``; its uid, as listed, goes with it. A list that
   cannot be read whole (a page missing, a pod without a valid name or uid) is
@@ -61,7 +66,12 @@ WITHDRAWN_REASON = "ThermalCheckpointWithdrawn"
 POD_NOTICE = "annotation"
 MERGE_PATCH = "application/merge-patch+json"
 _ANNOTATION_PTR = "/metadata/annotations/" + CHECKPOINT_ANNOTATION.replace("/", "~1")
-_RBAC = "the account needs list on pods, patch on pods, create on pods/eviction and events"
+_RBAC = (
+    "the account needs list on pods, patch on pods, create on pods/eviction and events,"
+    " get on daemonsets.apps"
+)
+# kubernetes pkg/registry/core/pod/storage/eviction.go: a 500 no retry fixes.
+TWO_BUDGETS = "more than one PodDisruptionBudget"
 PAGE_SIZE = 500
 LIST_RESTARTS = 3  # an expired continue token (410) starts the list again, this often
 NOT_HERE = "not the pod listed on this node any more (replaced or moved)"
@@ -70,15 +80,32 @@ _NOT_A_NAME = ("", ".", "..")
 
 
 def evictable(pod: Mapping[str, Any]) -> bool:
-    """Pods ``kubectl drain`` would evict: not DaemonSet-owned, not mirror, not finished."""
+    """Pods ``kubectl drain`` would evict, DaemonSets aside: not mirror, not finished."""
     meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return False
     if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
         return False
-    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-        return False
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def controller_of(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference with ``controller: true`` (metav1.GetControllerOf), if any."""
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            return owner
+    return None
+
+
+def daemonset_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, uid) of the apps/v1 DaemonSet the pod's controller reference names, if it does."""
+    owner = controller_of(pod)
+    if owner is None or (owner.get("apiVersion"), owner.get("kind")) != ("apps/v1", "DaemonSet"):
+        return None
+    name, uid = owner.get("name"), owner.get("uid")
+    if not isinstance(name, str) or name in _NOT_A_NAME:
+        return None  # names no DaemonSet: nothing that would start it again
+    return name, uid if isinstance(uid, str) else ""
 
 
 def _listed(pod: Mapping[str, Any], node: str) -> RunningJob | None:
@@ -93,6 +120,8 @@ def _listed(pod: Mapping[str, Any], node: str) -> RunningJob | None:
     try:
         if not isinstance(meta, dict):
             raise TypeError("metadata is not an object")
+        if not isinstance(meta.get("ownerReferences") or [], list):
+            raise TypeError("ownerReferences is not a list")
         if not evictable(pod):
             return None
     except (AttributeError, TypeError) as err:  # metadata or owners of another shape
@@ -130,6 +159,7 @@ class KubePods:
         self._client = client
         self._events = record_events
         self._bare: set[str] = set()  # job ids of the pods no controller owns, as last listed
+        self._warned_daemonsets = False  # a 403 on DaemonSets said once
 
     async def _call(
         self, what: str, method: str, path: str, body: Any, ctype: str
@@ -144,10 +174,12 @@ class KubePods:
     def _error(what: str, status: int, body: Any) -> JobControlError:
         said = f"{what}: HTTP {status}: {api_message(body)}"
         if status in (401, 403):
+            if "admission webhook" in said:  # a policy of that namespace, not our RBAC
+                return JobControlError(said, permanent=True, reason="admission")
             return JobControlError(f"{said} ({_RBAC})", permanent=True)
         # Other 4xx are not fixed by asking again soon; 5xx, 408/409/425/429 are.
         slow = 400 <= status < 500 and status not in (408, 409, 425, 429)
-        return JobControlError(said, permanent=slow)
+        return JobControlError(said, permanent=slow, reason="invalid" if status == 422 else "")
 
     async def running(self, node: str) -> list[RunningJob]:
         """The evictable pods bound to ``node``, from a list read whole."""
@@ -162,16 +194,44 @@ class KubePods:
             )
         jobs = []
         bare = set()
+        daemonsets: dict[tuple[str, str], str | None] = {}  # (ns, name) -> uid; None: gone
         for pod in pods:
             job = _listed(pod, node)
             if job is None:
                 continue
-            jobs.append(job)
-            owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-            if not any(isinstance(o, dict) and o.get("controller") for o in owners):
+            ds = daemonset_of(pod)
+            if ds is not None:
+                key = (job.user, ds[0])
+                if key not in daemonsets:
+                    daemonsets[key] = await self._daemonset_uid(*key)
+                found = daemonsets[key]
+                if found is not None and ("" in (found, ds[1]) or found == ds[1]):
+                    continue  # a DaemonSet's pod: it would come straight back
+                bare.add(job.job_id)  # an orphan: its DaemonSet is gone
+            elif controller_of(pod) is None:
                 bare.add(job.job_id)
+            jobs.append(job)
         self._bare = bare
         return jobs
+
+    async def _daemonset_uid(self, ns: str, name: str) -> str | None:
+        """The uid of DaemonSet ``ns/name`` ("" if it shows none); None when it does not exist."""
+        what = f"get DaemonSet {ns}/{name}"
+        path = f"/apis/apps/v1/namespaces/{quote(ns, safe='')}/daemonsets/{quote(name, safe='')}"
+        status, body = await self._call(what, "GET", path, None, "application/json")
+        if status == 404:
+            return None
+        if status in (401, 403):
+            # A ClusterRole from before this check: skip the pod as a DaemonSet's, as
+            # before, rather than tell no pod of the node at all.
+            if not self._warned_daemonsets:
+                log.warning("%s: %s; pods owned by a DaemonSet are taken at its word", what, _RBAC)
+                self._warned_daemonsets = True
+            return ""
+        if status != 200 or not isinstance(body, dict):
+            raise self._error(what, status, body)
+        uid = (body.get("metadata") or {}).get("uid")
+        return uid if isinstance(uid, str) else ""
 
     async def _list_pods(self, node: str) -> list[dict[str, Any]] | None:
         """Every pod the API server lists on ``node``; None when a page expired (410)."""
@@ -329,6 +389,13 @@ class KubePods:
             return Outcome.GONE, NOT_HERE
         if status == 429:  # a PodDisruptionBudget allows no disruption now
             return Outcome.BLOCKED, f"HTTP 429: {_budget_words(answer)}"
+        if status == 500 and TWO_BUDGETS in api_message(answer):
+            # Two budgets select the pod: the server will refuse it every time.
+            raise JobControlError(
+                f"{what}: HTTP 500: {api_message(answer)} (a person must fix the budgets)",
+                permanent=True,
+                reason="budgets",
+            )
         raise self._error(what, status, answer)
 
     async def close(self) -> None:

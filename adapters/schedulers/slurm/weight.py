@@ -13,6 +13,13 @@ version, scontrol, SLURM_CONF and timeout). Slurm has no compare-and-set for a n
 update: the weight is read just before it is written, and a value that differs
 from the expected one is left alone.
 
+Slurm's limits (22.05, ``src/scontrol/update_node.c``): a weight is 0 to
+0xfffffff0 (4294967280); above that ``scontrol update`` answers "Weight value
+(4294967281) is greater than 4294967280" (rc 1; seen on 22.05.8).
+``Weight=INFINITE`` (an administrator's, shown as 4294967295) is a value
+rackguard never writes and so could never restore: ``writable`` says so, and
+steering leaves such a node alone.
+
 A weight set by scontrol lasts until slurmctld restarts without ``-R`` or runs
 ``scontrol reconfig``: the node then shows slurm.conf's weight again (the
 original), which steering recognises as its own starting point and rewrites.
@@ -29,20 +36,26 @@ from adapters.schedulers.node_setting import SettingChanged
 from adapters.schedulers.slurm.client import SlurmClient
 from adapters.schedulers.slurm.versions import slurm_errors
 
-_WEIGHT = re.compile(r"(?:^|\s)Weight=(\d+)(?:\s|$)")
+_WEIGHT = re.compile(r"(?:^|\s)Weight=(\d+|INFINITE)(?:\s|$)")
+SLURM_MAX_WEIGHT = 0xFFFFFFF0  # 4294967280: the largest weight scontrol sets
+INFINITE = str(0xFFFFFFFF)  # 4294967295: how scontrol and slurmrestd show Weight=INFINITE
 
 
 def parse_weight(line: str) -> str | None:
     """The Weight of one ``scontrol -o show node`` line, or None when absent."""
     # The reason comes last and is free text: "Reason=maint Weight=3" is not a weight.
     m = _WEIGHT.search(line.split(" Reason=", 1)[0])
-    return m.group(1) if m else None
+    if m is None:
+        return None
+    return INFINITE if m.group(1) == "INFINITE" else m.group(1)
 
 
 def rest_weight(raw: Any) -> str | None:
     """A node object's weight (an integer, or a set uint32_no_val), or None."""
     if isinstance(raw, dict):
-        if not raw.get("set", True) or raw.get("infinite"):
+        if raw.get("infinite") is True:
+            return INFINITE
+        if not raw.get("set", True):
             return None
         raw = raw.get("number")
     if isinstance(raw, bool) or not isinstance(raw, int):
@@ -62,6 +75,10 @@ class SlurmWeight:
         """The bucket's configured weight."""
         return str(weights[bucket])
 
+    def writable(self, value: str | None) -> bool:
+        """Whether scontrol (and slurmrestd) would set this weight: 0 to 4294967280."""
+        return value is not None and value.isdigit() and int(value) <= SLURM_MAX_WEIGHT
+
     async def read(self, node: str) -> str | None:
         """The weight now (``"1"``); DeliveryError when Slurm cannot be read or says nothing."""
         if self._client.rest:
@@ -76,8 +93,13 @@ class SlurmWeight:
 
     async def write(self, node: str, value: str | None, expected: str | None) -> None:
         """Set the weight, after reading that it still is ``expected``."""
-        if value is None or not value.isdigit():
-            raise ValueError(f"a Slurm weight is a number, got {value!r}")
+        if not self.writable(value):
+            raise DeliveryError(
+                f"{node}: Weight={value} is not one Slurm sets (0 to {SLURM_MAX_WEIGHT})",
+                final=True,
+                reason="invalid",
+            )
+        assert value is not None
         now = await self.read(node)
         if now != expected:
             raise SettingChanged(f"{node}: Weight is {now}, not {expected}")
@@ -88,9 +110,13 @@ class SlurmWeight:
                 return
         rc, out, err = await self._client.scontrol("update", f"NodeName={node}", f"Weight={value}")
         if rc != 0:
+            said = f"{err} {out}".lower()
+            # "Weight value (N) is greater than 4294967280", "Invalid node name specified".
+            refused = any(w in said for w in ("invalid", "not a valid", "is greater than"))
             raise DeliveryError(
                 f"{node}: scontrol update Weight={value}: rc={rc}: {err or out}",
-                permanent="invalid" in f"{err} {out}".lower(),
+                permanent=refused,
+                reason="invalid" if refused else "",
             )
 
     async def _read_rest(self, node: str) -> str:

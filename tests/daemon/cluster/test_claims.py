@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from daemon.cluster.claims import Budgets, Claims
-from daemon.cluster.etcd import EtcdClient
+from daemon.cluster.etcd import EtcdClient, EtcdError
 from fakes.etcd_server import EtcdServer
 from tests.support.wait import wait_for_result
 
@@ -111,3 +111,19 @@ async def test_resumes_are_staggered_per_rack_window(agents: Factory) -> None:
         lambda: a2.claim_resume("a", b), lambda g: g.granted, timeout=10.0, interval=0.25
     )
     assert grant.granted
+
+
+async def test_without_a_lease_nothing_is_claimed_that_would_outlive_the_agent(
+    agents: Factory,
+) -> None:
+    c = await agents("gpu01", 30)
+    c.lease = 0  # between leases (expired, or given up after a stall)
+    for claim in (
+        c.claim_drain("rack0", False, budgets()),
+        c.claim_resume("rack0", budgets()),
+        c.put_cause("rack0", "rack"),
+    ):
+        with pytest.raises(EtcdError, match="no etcd lease"):
+            await claim
+    kvs, _ = await c.etcd.get_prefix(c.p)
+    assert kvs == []

@@ -46,8 +46,12 @@ def outcome(node: str, action: Action, domain: FaultDomain, *, critical: bool = 
 
 
 @contextlib.asynccontextmanager
-async def fleet_agent(url: str, node: str, rack: str, prefix: str) -> AsyncIterator[Fleet]:
-    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=prefix, lease_ttl_s=3)
+async def fleet_agent(
+    url: str, node: str, rack: str, prefix: str, ttl: int = 3, client: EtcdClient | None = None
+) -> AsyncIterator[Fleet]:
+    """An agent and its fleet gate, as the daemon builds them (claims time out at 0.5 s)."""
+    client = client or EtcdClient([url], timeout_s=0.5)
+    agent = EtcdAgent(client, node, prefix=prefix, lease_ttl_s=ttl)
     fleet = Fleet(node, rack, lambda: SETTINGS, etcd=agent, claim_timeout_s=0.5)
     task = asyncio.create_task(agent.run())
     try:
@@ -193,7 +197,9 @@ async def test_a_hostile_gateway_degrades_the_agent_never_crashes_it(answer: byt
     try:
         await wait_until(lambda: agent.failures >= 1, timeout=10, what="found unusable")
         assert not task.done() and fleet.degraded
-        agent.up = True  # even when it once looked fine, a claim on junk falls back
+        # Even when it once looked fine (answering, a lease promised), a claim on junk falls back.
+        agent.up, agent.claims.lease, agent.lease_until = True, 1, time.monotonic() + 60
+        assert not fleet.degraded
         assert await fleet.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
         assert fleet.degraded
     finally:

@@ -210,11 +210,16 @@ async def test_a_disk_stalled_at_start_delays_the_notices_and_never_ends_the_tas
 async def test_a_signal_the_scheduler_could_not_take_is_sent_on_the_retry(tmp_path: Path) -> None:
     store = DecisionStore(tmp_path / "o.db")
     jobs = ScriptedJobs({"gpu01": ["11", "12"]})
-    jobs.notify_failures = 2  # the first job's signal fails twice, then goes through
+    jobs.notify_failures = 2  # both jobs' first signals fail; each is asked again on its own
     try:
         async with notices_on(store, jobs, NoticeSettings(checkpoint_grace_s=3600.0)) as n:
             n.settled(decision("gpu01", Action.DRAIN), Status.CONFIRMED, "read back")
-            await wait_until(lambda: (c := n.current("gpu01")) is not None and c.told_at)
+
+            def all_told() -> bool:
+                c = n.current("gpu01")
+                return c is not None and [j.signaled for j in c.jobs.values()] == ["done"] * 2
+
+            await wait_until(all_told)
             notice = n.current("gpu01")
         assert jobs.signals == ["11", "12"]  # none forgotten, none twice
         assert notice is not None and [j.signaled for j in notice.jobs.values()] == ["done"] * 2

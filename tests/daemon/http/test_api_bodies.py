@@ -26,7 +26,7 @@ from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from daemon.config.outbox_path import MEMORY
 from daemon.delivery.notices import JobNote, Notice
 from daemon.delivery.outbox import DecisionStore, Pending, Status
-from daemon.delivery.overrides import OverrideRequest, OverrideStore
+from daemon.delivery.overrides import OverrideRequest, OverrideStore, parse_override
 from daemon.http.api import ApiContext, make_app
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EVENT_DATA, EventHub, delivery_event
@@ -307,7 +307,7 @@ async def _record_all(store: DecisionStore) -> dict[str, str]:
         hub.publish("assessment", GPU_A)
         hub.publish("decision", DRAIN)
         hub.publish("delivery", delivery_event(DRAIN, Status.CONFIRMED, "read back"))
-        hub.publish("override", await overrides.apply(OverrideRequest.parse(pin)))
+        hub.publish("override", await overrides.apply(parse_override(pin)))
         hub.publish("notice", NoticeBody.of(notices.notices[0]))
         frames = await _frames(http, base, hub.last_id)
         hub.close()  # the stream's handler returns now, not at its next heartbeat

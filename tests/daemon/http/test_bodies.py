@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from daemon.cluster.status import ClusterStatus, EtcdStatus
 from daemon.http.bodies import OutboxHealth as OutboxHealthBody
 from daemon.http.bodies import Ready, to_wire
-from daemon.http.openapi import MODELS, OPENAPI, REQUEST_BODIES
+from daemon.http.openapi import MODELS, OPENAPI, REQUEST_BODIES, REQUEST_UNIONS
 from policies.codec import WIRE_OMITS, field_names, models_in, unset_fields
 from tests.support.schemas import assert_fields_in_schema
 
@@ -43,16 +43,18 @@ def test_every_field_of_a_model_is_in_its_schema(model: type) -> None:
     else:
         info = msgspec.inspect.type_info(model)
         assert isinstance(info, msgspec.inspect.StructType)
-        sent = [f.name for f in info.fields]
+        # A tagged request's tag is sent and required as its fields are.
+        tag = [model.__struct_config__.tag_field] if model.__struct_config__.tag_field else []  # type: ignore[attr-defined]
+        sent = tag + [f.name for f in info.fields]
         # A request must send what has no default.
-        required = [f.name for f in info.fields if f.required]
+        required = tag + [f.name for f in info.fields if f.required]
     assert_fields_in_schema(model.__name__, sent, schema, required)
 
 
 def test_the_document_describes_the_bodies_it_has_models_for() -> None:
     # Every served body is a model: a schema of our own has the title msgspec
     # gives the class it was derived from; a hand-written one has none.
-    models = {m.__name__ for m in _all_models()}
+    models = {m.__name__ for m in _all_models()} | set(REQUEST_UNIONS)
     for name, schema in COMPONENTS.items():
         assert schema.get("title") == name, f"{name}: not derived from a model"
         assert "enum" in schema or name in models, name

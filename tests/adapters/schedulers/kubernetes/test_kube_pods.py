@@ -39,7 +39,7 @@ from adapters.schedulers.kubernetes.pods import (
     KubePods,
 )
 from adapters.schedulers.kubernetes.sink import KubernetesSink
-from daemon.delivery.deliverer import REFUSED_SLOWDOWN, wait_or_wake
+from daemon.delivery.deliverer import wait_or_wake
 from daemon.delivery.notices import JobNotices, Notice, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
 from daemon.http.bodies import to_wire
@@ -324,8 +324,9 @@ async def test_an_api_server_down_at_the_notice_delays_it_and_loses_nothing(
     assert "reachable again" in caplog.text
 
 
-async def test_a_server_gone_between_list_and_patch_asks_that_pod_again(
+async def test_a_pod_refused_its_notice_for_good_is_shown_and_still_evicted_at_the_deadline(
     api: FakeKubeApi,
+    caplog: pytest.LogCaptureFixture,
     run: Callable[[Clock], Notices],
 ) -> None:
     api.add_pod("ml", "trainer-0", "node-a")
@@ -333,15 +334,20 @@ async def test_a_server_gone_between_list_and_patch_asks_that_pod_again(
     clock = Clock()
     async with run(clock) as r:
         r.notices.settled(decision("node-a", Action.DRAIN), Status.CONFIRMED, "read back")
-        await wait_until(lambda: r.failures() >= 1)
-        assert r.notice().jobs["ml/trainer-0"].signal_started_at is None
-        api.forbid = set()
-        clock.now = r.notice().retry_at
-        await wait_until(lambda: told(r), what="told after the refusal")
-    assert list(annotated(api)) == [("ml", "trainer-0")]
+        await wait_until(lambda: told(r), what="the pass over the pods")
+        job = r.notice().jobs["ml/trainer-0"]
+        assert job.signal_started_at is None and job.signaled.startswith("failed: ")
+        assert "HTTP 403" in job.signaled
+        await r.cycles()
+        # Final: logged once at ERROR, not asked again every cycle.
+        assert [rec.levelno for rec in caplog.records].count(logging.ERROR) == 1
+        clock.now = T0 + 600.0
+        await wait_until(r.closed, what="evicted at the deadline, told or not")
+    assert [s for _, _, s in api.evictions] == [201]
+    assert not annotated(api)
 
 
-async def test_a_forbidden_eviction_is_logged_visible_and_asked_again_slowly(
+async def test_a_forbidden_eviction_is_a_final_failure_logged_once_and_shown(
     api: FakeKubeApi,
     caplog: pytest.LogCaptureFixture,
     run: Callable[[Clock], Notices],
@@ -352,18 +358,18 @@ async def test_a_forbidden_eviction_is_logged_visible_and_asked_again_slowly(
     async with run(clock) as r:
         await applied(r, Action.DRAIN)
         clock.now = T0 + 600.0
-        await wait_until(lambda: r.notice().retry_at > clock.now, what="the 403, backed off")
-        n = r.notice()
-        assert n.retry_at - clock.now == GRACE.retry_initial_s * REFUSED_SLOWDOWN
-        assert "HTTP 403" in n.error and '"pods/eviction"' in n.error
-        # On /v1/node/notice and the SSE event:
-        assert to_wire(NoticeBody.of(n))["error"] == n.error
-        errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR]
-        assert len(errors) == 1 and "403" in errors[0].getMessage()
-        api.forbid = set()  # the operator fixes the ClusterRole
-        clock.now = n.retry_at
-        await wait_until(r.closed, what="evicted once allowed")
-    assert [s for _, _, s in api.evictions] == [403, 201]
+        await wait_until(r.closed, what="closed with the failure stated")
+        (n,) = r.notices.all()
+        await r.cycles()
+    job = n.jobs["ml/trainer-0"]
+    assert job.requeued.startswith("failed: ") and "HTTP 403" in job.requeued
+    assert '"pods/eviction"' in job.requeued
+    assert "could not be moved: ml/trainer-0" in n.closed
+    # On /v1/notices:
+    assert to_wire(NoticeBody.of(n))["jobs"][0]["requeued"] == job.requeued
+    errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR]
+    assert len(errors) == 1 and "403" in errors[0].getMessage()
+    assert [s for _, _, s in api.evictions] == [403]  # not a silent retry loop
 
 
 async def test_a_pod_name_with_odd_characters_is_told_and_evicted_by_its_own_name(
@@ -443,13 +449,14 @@ async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and
     docs = yaml.safe_load_all((ROOT / "daemon/deploy/kubernetes/rackguard.yaml").read_text())
     (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
     granted = {
-        (verb, resource)
+        (group, verb, resource)
         for rule in role["rules"]
-        if rule["apiGroups"] == [""]
+        for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert all(rule["apiGroups"] == [""] for rule in role["rules"])  # core v1 only
+    # Core v1, and get on apps/v1 DaemonSets (kubectl drain's check).
+    assert {g for g, _, _ in granted} == {"", "apps"}
     assert granted == api.used
 
 

@@ -77,7 +77,7 @@ async def test_an_administrators_rest_weight_is_left_alone(
         (1, "1"),
         ({"set": True, "infinite": False, "number": 30}, "30"),
         ({"set": False, "infinite": False, "number": 0}, None),
-        ({"set": True, "infinite": True, "number": 0}, None),
+        ({"set": True, "infinite": True, "number": 0}, "4294967295"),  # INFINITE
         (None, None),
         ("3", None),
         (True, None),

@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from math import isfinite
 
 
-def finite(x: float) -> bool:
-    """``math.isfinite(x)`` for a float: NaN and the infinities give NaN here, not 0."""
-    # Arithmetic, not a call: compiled (make native) it is two float operations, where
-    # math.isfinite is a call through the module; interpreted, it costs about the same.
-    return x - x == 0.0
-
-
-@dataclass(init=False, frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Bucket:
     """The samples of one grid cell: their mean time, mean value, count and range."""
 
@@ -29,14 +23,6 @@ class Bucket:
     n: int
     lo: float
     hi: float
-
-    def __init__(self, t: float, value: float, n: int, lo: float, hi: float) -> None:
-        # Written out, not generated: see policies/native.py (hot dataclasses).
-        object.__setattr__(self, "t", t)
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
 
 
 class BucketWindow:
@@ -69,9 +55,8 @@ class BucketWindow:
             raise ValueError(f"need 0 < bucket_s <= span_s, got {bucket_s}, {span_s}")
         self.bucket_s = bucket_s
         self.span_s = span_s
-        # A list trimmed from the front, not a bounded deque: compiled, a list's items
-        # and iteration are native operations, a deque's are Python calls. At most
-        # ``_keep`` buckets (31 for the defaults), so a trim moves a few pointers.
+        # A list trimmed from the front: at most ``_keep`` buckets (31 for the defaults),
+        # so a trim moves a few pointers, and fits read it as a list.
         self._keep = math.ceil(span_s / bucket_s) + 1
         self._closed: list[Bucket] = []
         self._n = 0
@@ -90,9 +75,8 @@ class BucketWindow:
     def add(self, t: float, value: float) -> bool:
         """Add one sample; True when it closed the bucket before it (and kept it)."""
         # Called for every sample of every slow series and GPU margin: comparisons, not
-        # min()/max() calls (the same values: both finite). math.floor, not a module
-        # alias of it: compiled, math.floor of a float is a native operation.
-        if not (finite(t) and finite(value)):
+        # min()/max() calls (the same values: both finite).
+        if not (isfinite(t) and isfinite(value)):
             return False
         last = self.last_t
         if last is not None and t <= last:
@@ -119,7 +103,7 @@ class BucketWindow:
         t, value = self._sum_t / n, self._sum_v / n
         # Finite samples can still sum past the largest float (values near 1e308): such
         # a bucket has no mean, and its inf would make NaN slopes of every pair it is in.
-        kept = finite(t) and finite(value)
+        kept = isfinite(t) and isfinite(value)
         if kept:
             closed = self._closed
             closed.append(Bucket(t, value, n, self._lo, self._hi))

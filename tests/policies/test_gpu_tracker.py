@@ -1,4 +1,4 @@
-"""Heat removal failing, seen from the GPUs alone: heating fast over two windows at flat power."""
+"""One GPU's tracker: heating fast over two windows at flat power, load steps, what it keeps."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
-from policies import tracking
+from policies.freshness import fresh_value
+from policies.gpu_tracker import GpuTracker
+from policies.kernel.slopes import median_slope
 from policies.model import Quality, Reading, SensorKind
 from policies.settings import PolicySettings
-from policies.tracking import GpuTracker, LossRun, median_slope
 
 
 def _reading(kind: SensorKind, t: float, value: float) -> Reading:
@@ -67,25 +68,6 @@ def test_the_cached_heating_rate_is_the_one_its_definition_gives() -> None:
             assert not g.recent_temp.ordered
 
 
-def test_median_slope_ignores_one_wild_sample() -> None:
-    pts = [(float(t), 2.0 * t) for t in range(10)]
-    pts[5] = (5.0, 500.0)
-    assert median_slope(pts) == pytest.approx(2.0)
-    assert median_slope(pts[:3]) is None
-
-
-def test_a_loss_run_needs_two_samples_the_confirm_window_apart() -> None:
-    run = LossRun()
-    run.update(0.0, True)
-    run.update(3.0, True)
-    assert not run.confirmed(5.0)
-    run.update(5.0, True)
-    assert run.confirmed(5.0)
-    run.update(6.0, False)  # one healthy sample ends the run
-    run.update(7.0, True)
-    assert not run.confirmed(5.0)
-
-
 def _scanning_gpu(s: PolicySettings) -> GpuTracker:
     """A GpuTracker that never finds its windows by bisection: every step by definition."""
     g = GpuTracker(s)
@@ -138,53 +120,43 @@ def test_the_resistance_fast_path_keeps_what_its_definition_keeps(seed: int) -> 
     )
 
 
-def _window(rnd: random.Random, regime: int, n: int) -> tuple[list[float], list[float]]:
-    """Strictly increasing times and values of one of several kinds."""
-    times, t = [], rnd.uniform(-100.0, 100.0)
-    for _ in range(n):
-        t += rnd.choice([0.5, 1.0, 1.0, 1.3])
-        times.append(t)
-    if regime == 0:  # whole degrees: many equal slopes, the median often on the limit
-        values = [float(round(60.0 + 0.05 * x + rnd.gauss(0.0, 0.6))) for x in times]
-    elif regime == 1:  # a noisy ramp
-        values = [60.0 + rnd.choice([-0.2, 0.0, 0.1, 0.3]) * x + rnd.gauss(0, 0.2) for x in times]
-    elif regime == 2:  # differences that overflow: infinite slopes
-        values = [rnd.choice([1.7e308, -1.7e308, 0.0]) for _ in times]
-    else:  # slopes of exactly the limit (0.05) and its negation
-        values = [rnd.choice([0.0, 0.025, 0.05, -0.05]) + 0.05 * x for x in times]
-    return times, values
+KINDS = (
+    SensorKind.GPU_TEMPERATURE,
+    SensorKind.GPU_SLOWDOWN_THRESHOLD,
+    SensorKind.GPU_SHUTDOWN_THRESHOLD,
+    SensorKind.GPU_POWER,
+    SensorKind.GPU_POWER_LIMIT,
+)
 
 
-@pytest.mark.parametrize("regime", range(4))
-def test_the_side_of_a_window_slope_is_the_side_of_its_median(regime: int) -> None:
-    # _slope_side answers from counts where they tell; where it says so, the median
-    # is worked out. Either way a caller gets what comparing the median gives.
-    rnd = random.Random(regime)
-    told = asked = 0
+def _random_reading(kind: SensorKind, t: float, rng: random.Random) -> Reading:
+    if rng.random() < 0.2:
+        return Reading(
+            "gpus",
+            "s",
+            kind,
+            None,
+            "u",
+            rng.choice([Quality.BAD, Quality.ABSENT]),
+            t,
+            t,
+            reason="x",
+        )
+    return Reading(
+        "gpus", "s", kind, rng.choice([60.0, 90.0, 95.0, 450.0]), "u", Quality.GOOD, t, t
+    )
+
+
+def test_kept_values_are_fresh_value_of_the_latest_readings() -> None:
+    rng = random.Random(3)
+    g = GpuTracker(PolicySettings())
+    t = 0.0
     for _ in range(3000):
-        n = rnd.randrange(0, 20)  # over 16 points the median is of averaged groups
-        times, values = _window(rnd, regime, n + 4)
-        start = rnd.randrange(0, 4)
-        end = start + n
-        limit = rnd.choice([0.0, 0.05, 0.05, 1e-9, 2.0, 1e301, -1.0, math.nan, math.inf])
-        side = tracking._slope_side(times, values, start, end, limit)
-        m = tracking._median_slope_of(times, values, start, end)
-        usual = n <= 16 and 0.0 <= limit <= 1e300  # a sampled window, a configured rate
-        asked += usual
-        if side == tracking._EXACT:
-            continue
-        told += usual
-        assert side == _side_by_median(m, limit), (times[start:end], values[start:end], limit, m)
-    # For the usual windows and limits the counts decide, bar a few ties on the limit
-    # (and infinite slopes): asked at every sample, it must rarely need the median.
-    assert told >= asked * (0.2 if regime == 2 else 0.9)
-
-
-def _side_by_median(m: float | None, limit: float) -> int:
-    if m is None:
-        return tracking._NO_SLOPE
-    if m > limit:
-        return tracking._ABOVE
-    if m < -limit:
-        return tracking._BELOW
-    return tracking._WITHIN
+        t += rng.choice([0.5, 1.0, 7.0])
+        g.observe(_random_reading(rng.choice(KINDS), t, rng))
+        now = t + rng.choice([0.0, 2.0, 10.0, math.nan])
+        for stale in (5.0, 30.0):
+            assert g.fresh_temperature(now, stale) == fresh_value(g.temperature, now, stale)
+            assert g.fresh_slowdown(now, stale) == fresh_value(g.slowdown, now, stale)
+            assert g.fresh_shutdown(now, stale) == fresh_value(g.shutdown, now, stale)
+            assert g.fresh_limit(now, stale) == fresh_value(g.limit, now, stale)

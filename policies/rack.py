@@ -1,0 +1,289 @@
+"""One rack's evidence at one evaluation: its cooling loop, its inlet air, and its assessment.
+
+Built from the rack's tracker (policies/rack_tracker.py) once per rack per
+evaluation and shared by the rack's nodes; :mod:`policies.attribution` holds the
+evidence's types and names the fault domain from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from policies import gradient
+from policies.attribution import AirEvidence, LoopEvidence
+from policies.freshness import absent, fresh_value
+from policies.model import Assessment, Condition, FaultDomain, Reading, SensorKind
+from policies.rack_tracker import RackTracker, SlowSeries
+from policies.settings import PolicySettings
+from policies.wording import minutes
+
+
+@dataclass(frozen=True, slots=True)
+class RackEvidence:
+    """What a rack's nodes share at one evaluation."""
+
+    loop: LoopEvidence
+    air: AirEvidence
+    assessment: Assessment | None  # None: the rack reports nothing the policy reads
+
+
+def rack_evidence(
+    rack: str, rt: RackTracker, now: float, node_margins: Mapping[str, float], s: PolicySettings
+) -> RackEvidence:
+    """The evidence of ``rack`` at ``now``; ``node_margins``: each node's least GPU margin."""
+    loop = loop_evidence(rack, rt, now, s)
+    air, probes = air_evidence(rack, rt, now, s)
+    supply = highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, s)
+    ret = highest_fresh(rt, SensorKind.COOLANT_RETURN_TEMPERATURE, now, s)
+    parts = []
+    grad = gradient.inlet_gradient(probes)
+    if grad is not None:
+        vertical = f", top-bottom {grad.vertical_c:+.1f}C" if grad.vertical_c is not None else ""
+        range_ = f"spread {grad.spread_c:.1f}C{vertical}"
+        parts.append(f"inlet {grad.hottest} {grad.hottest_c:.1f}C ({range_})")
+    delta_t = gradient.coolant_delta_t(supply, ret)
+    if delta_t is not None:
+        parts.append(f"coolant dT {delta_t:.1f}C")
+    spread = gradient.margin_spread(node_margins)
+    if spread is not None:
+        parts.append(f"GPU margin spread across nodes {spread:.1f}C")
+    if loop.detail:
+        parts.append(f"cooling loop: {loop.detail}")
+    if air.detail:
+        parts.append(air.detail)
+    if not (loop.monitored or air.monitored or spread is not None):
+        return RackEvidence(loop, air, None)
+    horizon = s.drain_horizon_s
+    if air.over_limit:
+        cond, domain = Condition.CRITICAL, FaultDomain.RACK
+    elif loop.over_limit:
+        cond, domain = Condition.CRITICAL, FaultDomain.COOLING_LOOP
+    elif loop.failing or loop.limit_within(horizon):
+        # Direct evidence, on fresh readings, whatever else is stale.
+        cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+    elif air.limit_within(horizon):
+        cond, domain = Condition.WARNING, FaultDomain.RACK
+    elif (loop.monitored and not loop.known) or (air.monitored and not air.known):
+        cond, domain = Condition.UNKNOWN, FaultDomain.NONE
+    elif loop.supply_rising:
+        cond, domain = Condition.WARNING, FaultDomain.COOLING_LOOP
+    elif air.rising:
+        cond, domain = Condition.WARNING, FaultDomain.RACK
+    else:
+        cond, domain = Condition.OK, FaultDomain.NONE
+    a = Assessment(
+        rack,
+        domain,
+        cond,
+        now,
+        value=supply,
+        unit="celsius" if supply is not None else "",
+        trend_per_min=loop.supply_rate_c_per_s * 60 if loop.supply_rate_c_per_s else None,
+        detail="; ".join(parts),
+    )
+    return RackEvidence(loop, air, a)
+
+
+def loop_evidence(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> LoopEvidence:
+    """The cooling loop of ``rack`` as its coolant, pump and leak series show it at ``now``."""
+    stale = s.rack_stale_after_s
+    confirm = s.flow_loss_confirm_s
+
+    supplies = _present(rt.slow[SensorKind.COOLANT_SUPPLY_TEMPERATURE])
+    flows = _present(rt.slow[SensorKind.COOLANT_FLOW])
+    returns = _present(rt.slow[SensorKind.COOLANT_RETURN_TEMPERATURE])
+    pumps, leaks = _states(rt, SensorKind.PUMP_STATE), _states(rt, SensorKind.LEAK)
+    supply_v = [fresh_value(x.latest, now, stale) for _, x in supplies]
+    flow_v = [fresh_value(x.latest, now, stale) for _, x in flows]
+    return_v = [fresh_value(x.latest, now, stale) for _, x in returns]
+    pump_v = [fresh_value(r, now, stale) for _, r in pumps]
+    leak_v = [fresh_value(r, now, stale) for _, r in leaks]
+    every = [*supply_v, *flow_v, *return_v, *pump_v, *leak_v]
+    if not every:
+        return LoopEvidence()
+    # Every flag below comes from fresh readings only, so a fresh leak or a stopped
+    # pump counts even while another coolant series is stale or BAD; ``known``
+    # (all of them fresh) is what "healthy" needs. Absent series (not fitted, never
+    # present) are neither: they are left out.
+    known = all(v is not None for v in every)
+    words = []
+    leak = any(v is not None and v >= 0.5 for v in leak_v)
+    if leak:
+        words.append("leak")
+    flow_words = []
+    flow_confirmed = False
+    normal_flow = False
+    for (key, f), v in zip(flows, flow_v, strict=True):
+        if v is None:
+            continue
+        high = f.sustained_high
+        if high is not None and high > 0 and v < s.flow_low_fraction * high:
+            run = rt.runs.get(key)
+            sure = run is not None and run.confirmed(confirm)
+            flow_confirmed = flow_confirmed or sure
+            flow_words.append(
+                f"flow {v:.1f} ({v / high:.0%} of its sustained high, {high:.1f})"
+                + ("" if sure else ", confirming")
+            )
+        elif v > 0:
+            normal_flow = True
+    # A stopped pump is lost flow unless the flow says otherwise (a standby pump):
+    # with every pump stopped the pumps are believed over the flow meter.
+    stopped = sum(v is not None and v < 0.5 for v in pump_v)
+    sure_stopped = sum(
+        v is not None and v < 0.5 and (run := rt.runs.get(k)) is not None and run.confirmed(confirm)
+        for (k, _), v in zip(pumps, pump_v, strict=True)
+    )
+    pump_lost = sure_stopped > 0 and (sure_stopped == len(pump_v) or not normal_flow)
+    if pump_lost:
+        words.append("pump stopped")
+    elif stopped and (stopped == len(pump_v) or not normal_flow):
+        words.append("pump stopped, confirming")
+    elif stopped:
+        words.append("a pump stopped, flow normal")
+    words += flow_words
+    risen = False
+    rate: float | None = None
+    limit = _supply_limit(rack, rt, now, s)
+    over = False
+    early: float | None = None
+    for (_, sup), v in zip(supplies, supply_v, strict=True):
+        if v is None:
+            continue
+        level, lowest = sup.held_level(), sup.window_low()
+        if level is not None and lowest is not None and level - lowest >= s.supply_rise_c:
+            risen = True
+            words.append(f"supply {level:.1f}C, +{level - lowest:.1f}C in the window")
+        if level is not None and level >= limit:
+            over = True
+            words.append(f"supply {level:.1f}C at or above its limit {limit:.0f}C")
+        r = _rising_rate(sup)
+        if r is not None:
+            rate = r if rate is None else max(rate, r)
+            words.append(f"supply rising {r * 60:+.2f}C/min")
+        e = _limit_early(sup, limit, now)
+        if e is not None and (early is None or e < early):
+            early = e
+    if early is not None and not over:
+        words.append(f"supply limit {limit:.0f}C in ~{minutes(early)}")
+    silent = rt.coolant_silent(now)
+    if silent:
+        words.append("cooling unit not answering")
+    if not known:
+        words.append("some coolant series stale or BAD")
+    return LoopEvidence(
+        True,
+        known,
+        leak,
+        pump_lost or flow_confirmed,
+        risen or rate is not None,
+        rate,
+        ", ".join(words),
+        supply_risen=risen,
+        silent=silent,
+        limit_c=limit,
+        over_limit=over,
+        limit_early_s=early,
+    )
+
+
+def air_evidence(
+    rack: str, rt: RackTracker, now: float, s: PolicySettings
+) -> tuple[AirEvidence, dict[str, float]]:
+    """The inlet air of ``rack`` at ``now``, and each fresh probe's value by its label."""
+    stale = s.rack_stale_after_s
+    inlets = {k: x for k, x in rt.slow[SensorKind.INLET_TEMPERATURE].items() if not x.absent}
+    if not inlets:
+        return AirEvidence(), {}
+    limit = s.inlet_limit(rack)
+    probes: dict[str, float] = {}
+    known = True
+    over = False
+    rate: float | None = None
+    early: float | None = None
+    words = []
+    for key, series in sorted(inlets.items()):
+        v = fresh_value(series.latest, now, stale)
+        if v is None:
+            known = False
+            continue
+        assert series.latest is not None
+        probe = series.latest.labels.get("probe", key)
+        probes[probe] = v
+        level = series.held_level()
+        if level is not None and level >= limit:
+            over = True
+            words.append(f"inlet {probe} {level:.1f}C at or above its limit {limit:.0f}C")
+        r = _rising_rate(series)
+        if r is not None and (rate is None or r > rate):
+            rate = r
+        e = _limit_early(series, limit, now)
+        if e is not None and (early is None or e < early):
+            early = e
+    if rate is not None:
+        words.append(f"inlet air rising {rate * 60:+.2f}C/min")
+    if early is not None and not over:
+        words.append(f"inlet limit {limit:.0f}C in ~{minutes(early)}")
+    if not known:
+        words.append("some inlet probes stale or BAD")
+    return AirEvidence(True, known, rate, ", ".join(words), limit, over, early), probes
+
+
+def _present(by_key: Mapping[str, SlowSeries]) -> list[tuple[str, SlowSeries]]:
+    """The series of a kind that are not absent."""
+    return [(k, x) for k, x in by_key.items() if not x.absent]
+
+
+def _states(rt: RackTracker, kind: SensorKind) -> list[tuple[str, Reading]]:
+    """The latest readings of a state kind whose series are not absent."""
+    return [(k, r) for k, r in rt.state[kind].items() if not absent(r, k in rt.present)]
+
+
+def _rising_rate(series: SlowSeries) -> float | None:
+    f = series.forecaster
+    if f.trusted and f.trend is not None and f.trend.rising:
+        return f.trend.slope
+    return None
+
+
+def _limit_early(series: SlowSeries, limit: float, now: float) -> float | None:
+    """When a series on a trusted rising trend reaches a facility ``limit`` (point estimate).
+
+    Not the early bound, as for a GPU margin: a facility limit is an allowable, not a
+    trip, and a slow drift's slope bound over one trend window is wide enough to drain
+    hours early; lead_margin is the safety factor.
+    """
+    if _rising_rate(series) is None:
+        return None
+    ttt = series.forecaster.time_to(limit, falling=False, at=now)
+    return ttt.point_s if ttt is not None else None
+
+
+def _supply_limit(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> float:
+    """The cooling unit's own supply alarm limit where it reports one, else the configured."""
+    own = [
+        v
+        for r in rt.state[SensorKind.COOLANT_SUPPLY_LIMIT].values()
+        if (v := fresh_value(r, now, s.rack_stale_after_s)) is not None
+    ]
+    return min(own) if own else s.supply_limit(rack)
+
+
+def evidence_seen(domain: FaultDomain, ev: RackEvidence) -> bool:
+    """The rack evidence for a rack-wide ``domain`` is all fresh now."""
+    if domain is FaultDomain.COOLING_LOOP:
+        return ev.loop.known
+    if domain is FaultDomain.RACK:
+        return ev.air.known
+    return True
+
+
+def highest_fresh(rt: RackTracker, kind: SensorKind, now: float, s: PolicySettings) -> float | None:
+    """The highest fresh value of a kind (the worst of several supplies or returns)."""
+    values = [
+        v
+        for series in rt.slow[kind].values()
+        if (v := fresh_value(series.latest, now, s.rack_stale_after_s)) is not None
+    ]
+    return max(values) if values else None
