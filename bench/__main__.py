@@ -8,6 +8,7 @@ from collections.abc import Callable
 from bench import (
     agent_cost,
     api_rps,
+    controller_load,
     delivery_latency,
     fleet_cost,
     notice_latency,
@@ -43,6 +44,7 @@ def main() -> None:
                 "scoring",
                 "replay",
                 "fleet",
+                "controller",
             )
         ),
     )
@@ -59,6 +61,7 @@ def main() -> None:
         "scoring": scoring.measure,
         "replay": lambda: replay_speed.measure() + replay_shards.measure(),
         "fleet": fleet_cost.measure,
+        "controller": controller_load.measure,
     }
     wanted = [w for w in args.only.split(",") if w] or list(benches)
     unknown = set(wanted) - set(benches)

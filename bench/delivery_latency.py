@@ -147,16 +147,19 @@ def free_ports(count: int) -> list[int]:
     raise RuntimeError("no free ports")
 
 
-def start_slurm(work: Path, cpus: int = 1, who: str = "delivery_latency") -> dict[str, str] | None:
-    """A one-node cluster from scripts/start-slurm.sh, or None (with the reason on stderr)."""
+def start_slurm(
+    work: Path, cpus: int = 1, who: str = "delivery_latency", nodes: int = 1, extra_nodes: int = 0
+) -> dict[str, str] | None:
+    """A cluster from scripts/start-slurm.sh, or None (with the reason on stderr)."""
     if os.geteuid() != 0:
         print(f"{who}: the real Slurm rows need root; skipped", file=sys.stderr)
         return None
     os.chmod(work, 0o755)  # slurmrestd runs as nobody and reads slurm.conf under it
-    ctld, rest, slurmd = free_ports(3)
+    ctld, rest, slurmd, *_ = free_ports(2 + nodes)
     env = dict(
         os.environ,
-        SLURM_CI_NODES="1",
+        SLURM_CI_NODES=str(nodes),
+        SLURM_CI_EXTRA_NODES=str(extra_nodes),
         SLURM_CI_CPUS=str(cpus),
         SLURM_CI_CTLD_PORT=str(ctld),
         SLURM_CI_REST_PORT=str(rest),

@@ -16,6 +16,10 @@
 #   SLURM_CI_NODES=4  SLURM_CI_NODE_PREFIX=gpu  SLURM_CI_CPUS=1 (CPUs per node: jobs at once)
 #   SLURM_CI_CTLD_PORT=6817  SLURM_CI_SLURMD_BASE_PORT=17001  SLURM_CI_REST_PORT=6820
 #   SLURM_CI_TOKEN_LIFESPAN=86400  SLURM_CI_TIMEOUT=60
+#   SLURM_CI_EXTRA_NODES=0: that many more nodes x[00001-N] that never run a slurmd
+#     (State=DOWN, 40 per rack: Features=rack_r001...; SlurmdTimeout=60000 so slurmctld
+#     does not ping them), in partition `extra`: a large node table for the
+#     controller-load bench (bench/controller_load.py, docs/fleet.md).
 #
 # Facts it relies on (Slurm 22.05, Debian 12): slurmrestd refuses to run as root,
 # so it is started as root with -u nobody; it then reads slurm.conf as nobody, so
@@ -35,6 +39,7 @@ SLURMD_BASE=${SLURM_CI_SLURMD_BASE_PORT:-17001}
 REST_PORT=${SLURM_CI_REST_PORT:-6820}
 LIFESPAN=${SLURM_CI_TOKEN_LIFESPAN:-86400}
 TIMEOUT=${SLURM_CI_TIMEOUT:-60}
+EXTRA=${SLURM_CI_EXTRA_NODES:-0}
 REST_USER=root   # SlurmUser=root: the only administrator without slurmdbd
 RUSER=nobody
 
@@ -55,7 +60,7 @@ PIDS=$DIR/pids
 NODES="${PREFIX}[01-$(printf '%02d' "$NNODES")]"
 [ "$NNODES" = 1 ] && NODES="${PREFIX}01"
 export SLURM_CONF=$CONF
-SETTINGS="NNODES=$NNODES PREFIX=$PREFIX CTLD=$CTLD_PORT SLURMD=$SLURMD_BASE REST=$REST_PORT"
+SETTINGS="NNODES=$NNODES PREFIX=$PREFIX CTLD=$CTLD_PORT SLURMD=$SLURMD_BASE REST=$REST_PORT EXTRA=$EXTRA"
 
 alive() {  # alive NAME COMM: the recorded PID runs the expected program
   local f=$PIDS/$1.pid pid
@@ -150,11 +155,20 @@ AccountingStorageType=accounting_storage/none
 ReturnToService=2
 # The configured CPUs count, whatever the machine has (SLURM_CI_CPUS jobs per node).
 SlurmdParameters=config_overrides
-SlurmdTimeout=300
+SlurmdTimeout=$([ "$EXTRA" -gt 0 ] && echo 60000 || echo 300)
 SlurmctldTimeout=30
 NodeName=$NODES NodeAddr=127.0.0.1 Port=$PORTS CPUs=$CPUS RealMemory=100 State=UNKNOWN
 PartitionName=$PREFIX Nodes=$NODES Default=YES MaxTime=INFINITE State=UP
 CONF
+if [ "$EXTRA" -gt 0 ]; then
+  # An unused port: nothing answers there, and slurmctld never asks (SlurmdTimeout).
+  for first in $(seq 1 40 "$EXTRA"); do
+    last=$((first + 39 > EXTRA ? EXTRA : first + 39))
+    printf 'NodeName=x[%05d-%05d] NodeAddr=127.0.0.1 Port=%d CPUs=1 RealMemory=100 State=DOWN Features=rack_r%03d\n' \
+      "$first" "$last" $((LAST + 1)) $(((first - 1) / 40 + 1))
+  done >> "$CONF"
+  printf 'PartitionName=extra Nodes=x[00001-%05d] Default=NO MaxTime=INFINITE State=UP\n' "$EXTRA" >> "$CONF"
+fi
 chmod 644 "$CONF"
 runuser -u "$RUSER" -- test -r "$CONF" || die "$RUSER cannot read $CONF: every parent of $DIR must be world-traversable (o+x)"
 
@@ -178,10 +192,10 @@ for i in $(seq 1 "$NNODES"); do
 done
 ok=0
 for _ in $(seq 1 $((TIMEOUT * 10))); do
-  [ "$(sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')" = "idle " ] && { ok=1; break; }
+  [ "$(sinfo -h -N -p "$PREFIX" -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')" = "idle " ] && { ok=1; break; }
   sleep 0.1
 done
-[ $ok = 1 ] || die "nodes not idle after ${TIMEOUT}s: $(sinfo -N -h -o '%N:%t' | tr '\n' ' ')"
+[ $ok = 1 ] || die "nodes not idle after ${TIMEOUT}s: $(sinfo -N -h -p "$PREFIX" -o '%N:%t' | tr '\n' ' ')"
 
 # ---- slurmrestd (JWT), as nobody
 plist=$(runuser -u "$RUSER" -- env SLURM_CONF="$CONF" slurmrestd -s list 2>&1 || true)

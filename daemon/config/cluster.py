@@ -41,6 +41,10 @@ class ClusterConfig:
     # A plain http:// endpoint that is not loopback is refused unless this says,
     # explicitly, that anyone on the network may claim slots and trip the breaker.
     etcd_insecure: bool = False
+    # Full node reads per second the whole fleet may ask of the scheduler when each
+    # agent reads for itself (no etcd, or etcd away): an agent reads every
+    # max(view_interval_s, fleet size / this) seconds (docs/fleet.md).
+    view_budget_reads_per_s: float = bounded(0.5, gt=0, le=1000)
 
     def validate(self) -> Problems:
         """URLs (TLS off loopback), usable TLS files, the prefix, a claim shorter than a lease."""

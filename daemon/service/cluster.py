@@ -14,6 +14,7 @@ from daemon.cluster.etcd_connect import etcd_client
 from daemon.cluster.fleet import Fleet
 from daemon.cluster.leader import Feed, RackLeader
 from daemon.cluster.scheduler_view import SchedulerView
+from daemon.cluster.shared_view import SharedView
 from daemon.config import Config
 from daemon.service.engine import PolicyEngine
 from daemon.service.runner import SourceRunner
@@ -49,6 +50,12 @@ def build_fleet(
     ``lister``: the scheduler backend's node listing, where it has one.
     """
     c = config.cluster
+    agent = None
+    if c.etcd:
+        client = etcd_client(c)
+        agent = EtcdAgent(
+            client, config.node.name, prefix=c.etcd_prefix, lease_ttl_s=c.lease_ttl_s, rng=rng
+        )
     view = None
     if c.view_interval_s > 0 and lister is not None:
         s = engine.settings
@@ -58,12 +65,8 @@ def build_fleet(
             horizon_s=max(s.storm_window_s, s.resume_window_s),
             racks={**c.rack_of(), config.node.name: config.node.rack},
             rng=rng,
-        )
-    agent = None
-    if c.etcd:
-        client = etcd_client(c)
-        agent = EtcdAgent(
-            client, config.node.name, prefix=c.etcd_prefix, lease_ttl_s=c.lease_ttl_s, rng=rng
+            budget_reads_per_s=c.view_budget_reads_per_s,
+            shared=SharedView(agent) if agent is not None else None,
         )
     if view is None and agent is None:
         return None
@@ -99,7 +102,7 @@ class FleetCollector:
         self.fleet = fleet
 
     def collect(self) -> Iterator[Metric]:
-        """Degraded flag, etcd failures, claims granted and refused, scheduler view age."""
+        """Degraded flag, etcd failures, view reads and rejected views, claims granted/refused."""
         f = self.fleet
         yield GaugeMetricFamily(
             "rackguard_cluster_degraded",
@@ -120,6 +123,18 @@ class FleetCollector:
             for kind, n in sorted(f.etcd.values.bad.items()):
                 bad.add_metric([kind], n)
             yield bad
+        if f.scheduler is not None:
+            yield CounterMetricFamily(
+                "rackguard_cluster_view_reads",
+                "Full node reads of the scheduler made by this agent (the cluster view).",
+                value=f.scheduler.reads,
+            )
+            if f.scheduler.shared is not None:
+                yield CounterMetricFamily(
+                    "rackguard_cluster_view_rejected",
+                    "Shared views in etcd that did not decode (ignored).",
+                    value=f.scheduler.shared.rejected,
+                )
         claims = CounterMetricFamily(
             "rackguard_cluster_claims", "Fleet claims, by outcome.", labels=["outcome"]
         )

@@ -265,6 +265,7 @@ notice_signal = ""
 requeue = false
 [cluster]
 view_interval_s = {self.view_interval_s}
+view_budget_reads_per_s = 1000
 etcd = [{etcd}]
 lease_ttl_s = 3
 claim_timeout_s = 0.5
