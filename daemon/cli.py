@@ -1,4 +1,4 @@
-"""The `rackguard` command: run, check-config, probe, replay.
+"""The `rackguard` command: run, check-config, probe, replay, powercap-helper.
 
 The demo is not here: it runs on the simulator, which a production install does
 not contain (`rackguard-sim demo`, from the development install).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import platform
 import sys
@@ -239,9 +240,37 @@ def cmd_files(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_powercap_helper(args: argparse.Namespace) -> int:
+    """Serve GPU power-limit requests from the daemon's user (runs as root)."""
+    from adapters.sensors.nvml import load_binding  # noqa: PLC0415 - helper only
+    from daemon.powercap_helper import run_helper  # noqa: PLC0415 - helper only
+
+    setup_logging()
+    try:
+        binding = args.nvml if args.nvml is not None else load_binding()
+    except SourceError as err:
+        print(f"rackguard powercap-helper: {err}", file=sys.stderr)
+        return EXIT_STARTUP
+    idle = args.idle_exit_s if args.idle_exit_s > 0 else None
+    return run_async(
+        run_helper(binding, allowed_user=args.allow_user, idle_exit_s=idle, socket_path=args.socket)
+    )
+
+
 def version_line() -> str:
     """`rackguard X.Y.Z (Python A.B.C)`: what is running."""
     return f"rackguard {package_version()} (Python {platform.python_version()})"
+
+
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds >= 0: {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,6 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
     probe.set_defaults(func=cmd_probe)
 
     replay_cmd.add_parser(sub)
+
+    helper = sub.add_parser(
+        "powercap-helper",
+        help="the privileged power-limit helper (started by rackguard-powercap.socket)",
+    )
+    helper.add_argument(
+        "--allow-user", default="rackguard", help="the only user served (default: rackguard)"
+    )
+    helper.add_argument(
+        "--idle-exit-s",
+        type=_seconds,
+        default=30.0,
+        help="exit after this long with no connection; 0 = never (default: 30)",
+    )
+    helper.add_argument(
+        "--socket", help="listen here instead of on the socket systemd passes (tests)"
+    )
+    helper.set_defaults(func=cmd_powercap_helper)
 
     files = sub.add_parser(
         "files", help="print a file shipped for installing (unit, config, alerts, ...)"

@@ -14,14 +14,16 @@ class GpuModel:
     shutdown_c: int
     max_operating_c: int
     memory_max_c: int
-    power_limit_w: float
+    power_limit_w: float  # the default power-management limit, also NVML's maximum
     idle_power_w: float
+    min_power_limit_w: float = 100.0  # NVML's lowest settable limit
 
 
 # Thresholds and limits as `nvidia-smi -q` reports them on real parts.
 # A100 SXM4 80GB: ../shared/data/gpu/nvidia-smi-q-x_A100-SXM4-80GB_telegraf.xml
-# (slowdown 89, shutdown 92, max GPU 85, max memory 95, 500 W limit).
-# H100 SXM5 80GB: published nvidia-smi output of DGX H100 nodes (700 W board);
+# (slowdown 89, shutdown 92, max GPU 85, max memory 95, 500 W limit: default = max,
+# min 100 W).
+# H100 SXM5 80GB: published nvidia-smi output of DGX H100 nodes (700 W board, min 200 W);
 # the idle draw matches dcgm-exporter_8xH100_aicr_sample.prom (~66-70 W).
 H100_SXM = GpuModel(
     name="NVIDIA H100 80GB HBM3",
@@ -31,6 +33,7 @@ H100_SXM = GpuModel(
     memory_max_c=95,
     power_limit_w=700.0,
     idle_power_w=68.0,
+    min_power_limit_w=200.0,
 )
 A100_SXM4 = GpuModel(
     name="NVIDIA A100-SXM4-80GB",
@@ -40,6 +43,7 @@ A100_SXM4 = GpuModel(
     memory_max_c=95,
     power_limit_w=500.0,
     idle_power_w=62.0,
+    min_power_limit_w=100.0,
 )
 
 MODELS: dict[str, GpuModel] = {"h100-sxm": H100_SXM, "a100-sxm4": A100_SXM4}
@@ -56,7 +60,12 @@ class FakeGpu:
     temperature_c: float = 35.0
     memory_temperature_c: float = 40.0
     power_w: float = 70.0
+    # The enforced limit: the lowest of the power-management limit and other actors'.
     power_limit_w: float = 0.0
+    # The power-management limit (nvmlDeviceSetPowerManagementLimit, nvidia-smi -pl).
+    requested_limit_w: float = 0.0
+    # A limit from outside the power-management limit (a BMC, an out-of-band cap).
+    external_limit_w: float | None = None
     clock_event_reasons: int = 0
     # Fault controls. `errors` maps a pynvml function name (e.g.
     # "nvmlDeviceGetTemperature") to the NVML_ERROR_* code it raises;
@@ -66,8 +75,23 @@ class FakeGpu:
     delay_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.requested_limit_w <= 0:
+            self.requested_limit_w = self.model.power_limit_w
         if self.power_limit_w <= 0:
-            self.power_limit_w = self.model.power_limit_w
+            self.power_limit_w = self.enforced_limit_w()
+
+    def follow_enforced(self, watts: float) -> None:
+        """Take the enforced limit a simulator reports; one it changed is the new
+        power-management limit, as an admin's ``nvidia-smi -pl`` would set it."""
+        if watts != self.enforced_limit_w():
+            self.requested_limit_w = watts
+        self.power_limit_w = watts
+
+    def enforced_limit_w(self) -> float:
+        """What the board holds: the lowest of every actor's limit."""
+        if self.external_limit_w is None:
+            return self.requested_limit_w
+        return min(self.requested_limit_w, self.external_limit_w)
 
 
 def make_gpus(model: GpuModel, count: int, *, node_index: int = 0) -> list[FakeGpu]:

@@ -36,6 +36,11 @@ class FakeHandle:
         self.owner = owner
 
 
+def _set_requested(gpu: FakeGpu, watts: float) -> None:
+    gpu.requested_limit_w = watts
+    gpu.power_limit_w = gpu.enforced_limit_w()
+
+
 def _uint(value: float) -> int:
     """A reading as NVML's C API returns it: rounded, unsigned 32-bit."""
     return round(value) & _UINT_MASK
@@ -48,6 +53,13 @@ class FakeNvml:
     ``errors[field_error_key(id)] = code`` fails one field, ``lost`` raises GPU_IS_LOST
     on every per-device call, ``delay_s`` sleeps (blocking) in each such call.
     ``calls`` counts calls per function and ``thread_ids`` records the calling threads.
+
+    Power limits follow NVML: ``nvmlDeviceSetPowerManagementLimit`` needs
+    ``privileged`` (root; NO_PERMISSION otherwise) and a value within the GPU's
+    constraints (INVALID_ARGUMENT otherwise); the enforced limit is the lowest of the
+    power-management limit and other actors' (``FakeGpu.external_limit_w``);
+    ``admin_set_limit`` is an administrator's ``nvidia-smi -pl``. The draw reported is
+    ``min(power_w, enforced limit)``: ``power_w`` is the GPU's demand.
     """
 
     NVMLError = pynvml.NVMLError
@@ -61,8 +73,10 @@ class FakeNvml:
         strings_as_bytes: bool = False,
         memory_temp_value_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
         driver_version: str = "550.54.15",
+        privileged: bool = False,
     ) -> None:
         self.gpus = gpus
+        self.privileged = privileged
         self.driver_version = driver_version
         self.init_error = init_error
         self.strings_as_bytes = strings_as_bytes  # like pynvml before 11.5
@@ -199,14 +213,44 @@ class FakeNvml:
     # --- power and clocks -------------------------------------------------------------
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
-        """Board power draw in milliwatts."""
+        """Board power draw in milliwatts: the demand, held at the enforced limit."""
         gpu = self._device("nvmlDeviceGetPowerUsage", handle)
-        return _uint(gpu.power_w * 1000)
+        return _uint(min(gpu.power_w, gpu.power_limit_w) * 1000)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         """Enforced power limit in milliwatts."""
         gpu = self._device("nvmlDeviceGetEnforcedPowerLimit", handle)
         return _uint(gpu.power_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        """The power-management limit last set (or the default), in milliwatts."""
+        gpu = self._device("nvmlDeviceGetPowerManagementLimit", handle)
+        return _uint(gpu.requested_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        """The default power-management limit in milliwatts."""
+        gpu = self._device("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        return _uint(gpu.model.power_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        """[min, max] settable limit in milliwatts (pynvml returns a two-item list)."""
+        gpu = self._device("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return [_uint(gpu.model.min_power_limit_w * 1000), _uint(gpu.model.power_limit_w * 1000)]
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit: int) -> None:
+        """Set the power-management limit (mW): NO_PERMISSION unless privileged,
+        INVALID_ARGUMENT outside the constraints."""
+        gpu = self._device("nvmlDeviceSetPowerManagementLimit", handle)
+        if not self.privileged:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        low, high = gpu.model.min_power_limit_w * 1000, gpu.model.power_limit_w * 1000
+        if not isinstance(limit, int) or not low <= limit <= high:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        _set_requested(gpu, limit / 1000)
+
+    def admin_set_limit(self, index: int, watts: float) -> None:
+        """Another actor (an admin's ``nvidia-smi -pl``) replaces a GPU's limit."""
+        _set_requested(self.gpus[index], watts)
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
         """The deprecated name of the clock-event reasons bitmask."""
@@ -266,6 +310,10 @@ FUNCTIONS: tuple[str, ...] = (
     "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceSetPowerManagementLimit",
     "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetCurrentClocksEventReasons",
 )

@@ -40,7 +40,7 @@ def _refresh() -> None:
         gpu.temperature_c = float(g["t"])
         gpu.memory_temperature_c = float(g["m"])
         gpu.power_w = float(g["p"])
-        gpu.power_limit_w = float(g["pl"])
+        gpu.follow_enforced(float(g["pl"]))
         gpu.clock_event_reasons = int(g["c"])
         if g.get("dropped"):
             gpu.errors[_TEMPERATURE] = pynvml.NVML_ERROR_UNKNOWN

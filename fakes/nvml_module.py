@@ -5,6 +5,7 @@ NVML, for the tests and for a shell on a machine with no GPU::
 
     python -m fakes.nvml_module run --config rackguard.toml
     python -m fakes.nvml_module probe gpus --config rackguard.toml
+    python -m fakes.nvml_module powercap-helper --socket /run/rackguard/powercap.sock
 
 The config cannot select it (``binding`` names nvidia-ml-py's ``pynvml`` only):
 a production node never watches simulated GPUs by a typo. The daemon logs a
@@ -30,6 +31,7 @@ from fakes.nvml import FakeNvml, fake_node
 def simulated_node() -> FakeNvml:
     """The resting node this module runs against (following the temperature file if set)."""
     fake = fake_node(H100_SXM, count=int(os.environ.get("RACKGUARD_FAKE_GPUS", "8")))
+    fake.privileged = os.geteuid() == 0  # like NVML: only root may set a power limit
     for i, gpu in enumerate(fake.gpus):
         gpu.temperature_c = 41.0 + i % 3
         gpu.memory_temperature_c = 48.0 + i % 2

@@ -15,6 +15,7 @@ from typing import Literal
 from daemon.config.cluster import ClusterConfig
 from daemon.config.opcua import OpcuaSourceConfig
 from daemon.config.policy import PolicyConfig
+from daemon.config.power_cap import PowerCapConfig
 from daemon.config.scheduler import (
     NO_NODE_SETTING,
     SchedulerConfig,
@@ -38,6 +39,7 @@ __all__ = [
     "NvmlSourceConfig",
     "OpcuaSourceConfig",
     "PolicyConfig",
+    "PowerCapConfig",
     "SnmpSourceConfig",
     "SourceConfig",
     "SteeringConfig",
@@ -156,6 +158,7 @@ class Config:
     scheduler: SchedulerConfig | None = None
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
+    power_cap: PowerCapConfig = field(default_factory=PowerCapConfig)
 
     def validate(self) -> Problems:
         """At least one source, with names usable in logs and metrics."""

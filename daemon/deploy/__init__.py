@@ -16,6 +16,14 @@ from importlib.abc import Traversable
 FILES: dict[str, tuple[str, str]] = {
     "unit": ("rackguard.service", "systemd unit (/etc/systemd/system/rackguard.service)"),
     "config": ("rackguard.example.toml", "example config, every key documented"),
+    "cap-socket": (
+        "rackguard-powercap.socket",
+        "power-cap helper socket (/etc/systemd/system/rackguard-powercap.socket)",
+    ),
+    "cap-unit": (
+        "rackguard-powercap.service",
+        "power-cap helper unit (/etc/systemd/system/rackguard-powercap.service)",
+    ),
     "alerts": ("prometheus/rackguard-alerts.yml", "Prometheus alert rules"),
     "dashboard": ("grafana/rackguard-dashboard.json", "Grafana dashboard (fleet and node)"),
     "kubernetes": ("kubernetes/rackguard.yaml", "DaemonSet, ServiceAccount and RBAC"),

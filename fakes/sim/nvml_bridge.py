@@ -20,7 +20,8 @@ def apply_node(snapshot: NodeSnapshot, gpus: list[FakeGpu]) -> None:
 
     A dropped-out sensor makes ``nvmlDeviceGetTemperature`` fail with NVML_ERROR_UNKNOWN;
     when it comes back that error (and only an NVML_ERROR_UNKNOWN there) is cleared.
-    A lost GPU stays lost.
+    A lost GPU stays lost. A limit the scenario set (a ``power_cap`` event) becomes
+    the GPU's power-management limit, as an admin's ``nvidia-smi -pl`` would.
     """
     if len(snapshot.gpus) != len(gpus):
         raise ValueError(
@@ -31,7 +32,7 @@ def apply_node(snapshot: NodeSnapshot, gpus: list[FakeGpu]) -> None:
         fake.temperature_c = gs.temperature_c
         fake.memory_temperature_c = gs.memory_temperature_c
         fake.power_w = gs.power_w
-        fake.power_limit_w = gs.power_limit_w
+        fake.follow_enforced(gs.power_limit_w)
         fake.clock_event_reasons = gs.clock_event_reasons
         if gs.dropped_out:
             fake.errors[TEMPERATURE_CALL] = pynvml.NVML_ERROR_UNKNOWN
@@ -93,10 +94,24 @@ class SimulatedRack:
         return self._snapshot
 
     def advance(self, dt: float) -> RackSnapshot:
-        """Step the simulator by `dt` seconds and apply the new snapshot to every node."""
+        """Step the simulator by `dt` seconds and apply the new snapshot to every node.
+
+        A limit set through the fake NVML since the last step (rackguard's cap, or
+        ``FakeNvml.admin_set_limit``) is the simulator's from this step on: the GPUs
+        draw min(demand, enforced limit).
+        """
+        self.take_limits()
         self.sim.step(dt)
         self._snapshot = self._publish()
         return self._snapshot
+
+    def take_limits(self) -> None:
+        """Give the simulator every enforced limit the FakeGpus hold that it does not."""
+        for node in self._snapshot.nodes:
+            for gs, fake in zip(node.gpus, self.gpus_by_node[node.name], strict=True):
+                enforced = fake.enforced_limit_w()
+                if enforced != gs.power_limit_w:
+                    self.sim.inject("power_cap", node.name, gpu=gs.index, limit_w=enforced)
 
     def _publish(self) -> RackSnapshot:
         snap = self.sim.snapshot()

@@ -34,6 +34,8 @@ _STATE_FIELDS = (
     "memory_temperature_c",
     "power_w",
     "power_limit_w",
+    "requested_limit_w",
+    "external_limit_w",
     "clock_event_reasons",
     "lost",
 )

@@ -17,9 +17,12 @@ Model (one lumped node per GPU, one mixed coolant volume per node, one CDU):
   (turbulent convection, Dittus-Boelter) grows as the loop flow drops. The weak
   ``R_AIR`` path couples the GPU to the rack inlet air at its node's height.
 * Power: ``demand = idle + util * (model limit - idle)``; ``P = min(demand, power_limit)``
-  then, between slowdown and shutdown temperature, the dynamic part is scaled down
-  linearly to ``THROTTLE_MIN`` (thermal slowdown). A GPU at or above its shutdown
-  temperature is lost (off the bus, 0 W) for the rest of the run.
+  (the enforced limit: a scenario's ``power_cap`` or one set through the fake NVML,
+  see nvml_bridge.SimulatedRack) then, between slowdown and shutdown temperature, the
+  dynamic part is scaled down linearly to ``THROTTLE_MIN`` (thermal slowdown). A GPU at
+  or above its shutdown temperature is lost (off the bus, 0 W) for the rest of the run.
+* Throughput: ``(P / demand) ** 0.4`` of the job's unhindered rate (fakes/sim/throughput.py
+  states the model and where the exponent comes from).
 * Clock event reasons: GpuIdle at util 0; SwPowerCap when the demand reaches the power
   limit; SwThermalSlowdown at or above slowdown temperature; HwThermalSlowdown and
   HwSlowdown from one degree below shutdown.
@@ -58,6 +61,7 @@ from types import MappingProxyType
 
 from fakes.gpus import GpuModel
 from fakes.sim.scenario import RACK, Event, EventKind, Scenario, parse_event
+from fakes.sim.throughput import throughput_fraction
 
 SUBSTEP_S = 0.5
 GPU_HEAT_CAPACITY_J_PER_K = 900.0
@@ -107,6 +111,8 @@ class GpuSnapshot:
     clock_event_reasons: int
     dropped_out: bool
     lost: bool
+    # Work rate against the job's unhindered rate (cap, thermal slowdown); see throughput.py.
+    throughput: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +472,7 @@ class RackSimulator:
                         clock_event_reasons=reasons,
                         dropped_out=dropped,
                         lost=g.lost,
+                        throughput=0.0 if g.lost else throughput_fraction(p, demand),
                     )
                 )
                 if g.plate(now) > 1.0 + 1e-6 or g.plate_to > 1.0:

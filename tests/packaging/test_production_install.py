@@ -72,6 +72,8 @@ def test_the_wheel_holds_the_agent_and_its_files_and_no_fakes(wheel: Path) -> No
     assert tops == {"daemon", "adapters", "policies"}
     for shipped in (
         "daemon/deploy/rackguard.service",
+        "daemon/deploy/rackguard-powercap.socket",
+        "daemon/deploy/rackguard-powercap.service",
         "daemon/deploy/rackguard.example.toml",
         "daemon/deploy/prometheus/rackguard-alerts.yml",
         "daemon/deploy/grafana/rackguard-dashboard.json",
