@@ -30,16 +30,18 @@ the open-loop scoring (bench/scoring.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from bench.report import Row
 from fakes.sim import load_scenario
+from fakes.sim.scenario import Scenario
 from fakes.sim.scoring import onset
 from fakes.sim.thermal import RackSimulator
 from fakes.sim.trace_writer import RACK_NAME, WALL_EPOCH, gpu_readings, rack_readings
 from policies.model import Action, Reading, SensorKind
 from policies.policy import Policy
-from policies.power_cap import CapAction, CapLadder, CapSettings
+from policies.power_cap import CapAction, CapLadder, CapSettings, CapState
 from policies.replay import Replayer
 from policies.safety import ClusterLedger
 from policies.settings import PolicySettings
@@ -74,12 +76,8 @@ class LadderRun:
         return self.first_slowdown_s - max(self.first_out[n] for n in nodes)
 
 
-def run_ladder(name: str, settings: PolicySettings, *, caps: bool) -> LadderRun:
-    """Run scenario ``name`` closed loop, with or without the cap rung."""
-    sc = load_scenario(name)
-    sim = RackSimulator(sc)
-    racks = {RACK_NAME: sc.rack.nodes}
-    policy = Policy(settings, racks)
+def _policy(sc: Scenario, settings: PolicySettings, caps: bool) -> Policy:
+    policy = Policy(settings, {RACK_NAME: sc.rack.nodes})
     model = sc.rack.model
     if caps:
         ladder = CapLadder(CapSettings())
@@ -87,11 +85,42 @@ def run_ladder(name: str, settings: PolicySettings, *, caps: bool) -> LadderRun:
             for i in range(sc.rack.gpus_per_node):
                 ladder.observe_limit(node, str(i), model.min_power_limit_w, model.power_limit_w)
         policy.caps = ladder
+    return policy
+
+
+def run_ladder(
+    scenario: Scenario | str,
+    settings: PolicySettings,
+    *,
+    caps: bool,
+    restart_at: float | None = None,
+    carry: Callable[[Policy], list[CapState]] | None = None,
+) -> LadderRun:
+    """Run a scenario closed loop, with or without the cap rung.
+
+    ``restart_at``: the policy is built afresh then (a daemon restart), given each
+    node's state back and the caps ``carry`` returns (the decision store's rows;
+    default: none, a restart that forgot them).
+    """
+    sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
+    sim = RackSimulator(sc)
+    racks = {RACK_NAME: sc.rack.nodes}
+    policy = _policy(sc, settings, caps)
+    model = sc.rack.model
     ledger = ClusterLedger(racks, max(settings.storm_window_s, settings.resume_window_s))
-    run = LadderRun(name, caps, onset_s=onset(sc))
+    run = LadderRun(sc.name, caps, onset_s=onset(sc))
     steps = int(sc.duration_s)
     for k in range(steps + 1):
         t = float(k)
+        if restart_at is not None and t == restart_at:
+            kept = carry(policy) if carry is not None else []
+            states = policy.states
+            policy = _policy(sc, settings, caps)
+            for node, st in states.items():
+                policy.restore(node, st.action, t, st.domain)
+            if policy.caps is not None:
+                for cs in kept:
+                    policy.caps.restore(replace(cs, since=t, last_step=t))
         sim.run_until(t)
         snap = sim.snapshot()
         readings: list[Reading] = gpu_readings(snap, sc, WALL_EPOCH)
