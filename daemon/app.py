@@ -380,7 +380,10 @@ class Daemon:
                         tg.create_task(self.steering.run(), name="steering")
                     if self.power_caps is not None:
                         await self.power_caps.load()
-                        tg.create_task(self.power_caps.run(1.0), name="power-cap")
+                        tg.create_task(
+                            self.power_caps.run(self.config.policy.evaluate_interval_s),
+                            name="power-cap",
+                        )
                     if self.notifier.watchdog_s:
                         tg.create_task(
                             self.status.watchdog(self.notifier.watchdog_s), name="watchdog"

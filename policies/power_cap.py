@@ -89,6 +89,11 @@ class CapState:
     escalated: bool = False
     healthy_since: float | None = None
     last_step: float = 0.0
+    # The limit before rackguard's latest set, and when it was decided: until the
+    # limit reading shows the new one (the applier and the NVML poll take a pass or
+    # two), reading the old one is not someone else's change.
+    was_w: float | None = None
+    changed_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +201,11 @@ class CapLadder:
         enforced = t.fresh_limit(now, s.stale_after_s)
         if lim is None or enforced is None:
             return None
-        if st is not None and abs(enforced - st.limit_w) > _SAME_W:
+        if (
+            st is not None
+            and abs(enforced - st.limit_w) > _SAME_W
+            and not _pending(st, enforced, now, s)
+        ):
             del self.states[key]
             why = (
                 f"{REASON_PREFIX} {g.subject} of {node}: enforced limit {enforced:.0f}W is not "
@@ -240,7 +249,9 @@ class CapLadder:
             del self.states[key]
             words = f"restored to {st.before_w:.0f}W, the limit before rackguard capped"
         else:
-            self.states[key] = replace(st, limit_w=new, last_step=now)
+            self.states[key] = replace(
+                st, limit_w=new, last_step=now, was_w=st.limit_w, changed_at=now
+            )
             words = f"raised to {new:.0f}W (of {st.before_w:.0f}W before the cap)"
         why = (
             f"{REASON_PREFIX} {g.subject} of {node} healthy for {now - since:.0f}s: "
@@ -368,7 +379,10 @@ class CapLadder:
         why: str,
     ) -> CapDecision:
         before = st.before_w if st is not None else enforced
-        self.states[(node, gpu)] = CapState(node, gpu, watts, before, now, cause, last_step=now)
+        was = st.limit_w if st is not None else enforced
+        self.states[(node, gpu)] = CapState(
+            node, gpu, watts, before, now, cause, last_step=now, was_w=was, changed_at=now
+        )
         self._capped_at.append((now, node))
         return CapDecision(node, gpu, CapAction.CAP, watts, before, why, 0.0, "")
 
@@ -377,3 +391,12 @@ class CapLadder:
         raw = f"{d.node}|{d.gpu}|{d.action.value}|{d.watts:.1f}|{wall:.3f}|{self._epoch}"
         key = "rgc-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
         return replace(d, at=wall, key=key, dry_run=s.dry_run)
+
+
+def _pending(st: CapState, enforced: float, now: float, s: PolicySettings) -> bool:
+    """The limit read is the one before rackguard's latest set, decided moments ago."""
+    return (
+        st.was_w is not None
+        and abs(enforced - st.was_w) <= _SAME_W
+        and now - st.changed_at <= 3 * s.stale_after_s
+    )

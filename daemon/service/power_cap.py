@@ -205,7 +205,19 @@ def build_power_caps(
     limiter = build_limiter(config, nvml=nvml)
     if limiter is None:
         return None
-    ladder = CapLadder(CapSettings())
+    c = config.power_cap
+    ladder = CapLadder(
+        CapSettings(
+            cap_margin_c=c.cap_margin_c,
+            settle_s=c.settle_s,
+            healthy_after_s=c.healthy_after_s,
+            restore_step_w=c.restore_step_w,
+            restore_every_s=c.restore_every_s,
+            budget_w=c.budget_w,
+            storm_nodes=c.storm_nodes,
+            storm_window_s=c.storm_window_s,
+        )
+    )
     engine.policy.caps = ladder
     caps = PowerCaps(engine.node, limiter, store, ladder)
     engine.on_caps = caps.take
