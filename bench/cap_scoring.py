@@ -128,6 +128,12 @@ def run_ladder(
             readings += rack_readings(snap, RACK_NAME, WALL_EPOCH, sc.rack.empty_probe_slots)
         policy.observe(readings)
         outcomes = policy.evaluate(t, WALL_EPOCH + t, ledger.view(t))
+        for c in policy.cap_decisions:
+            run.log.append((t, f"{c.node} gpu{c.gpu}: {c.action.value} {c.watts:.0f}W"))
+            if c.action is CapAction.CAP:
+                run.capped_gpus.add(f"{c.node}/gpu{c.gpu}")
+            if c.action is not CapAction.RELEASE:
+                sim.inject("power_cap", c.node, gpu=int(c.gpu), limit_w=c.watts)
         for node, o in outcomes.items():
             d = o.decision
             if d is not None:
@@ -135,12 +141,6 @@ def run_ladder(
                 run.log.append((t, f"{node}: {d.action.value} ({d.reason})"))
                 if d.action is not Action.RESUME:
                     run.first_out.setdefault(node, t)
-        for c in policy.cap_decisions:
-            run.log.append((t, f"{c.node} gpu{c.gpu}: {c.action.value} {c.watts:.0f}W"))
-            if c.action is CapAction.CAP:
-                run.capped_gpus.add(f"{c.node}/gpu{c.gpu}")
-            if c.action is not CapAction.RELEASE:
-                sim.inject("power_cap", c.node, gpu=int(c.gpu), limit_w=c.watts)
         for ns in snap.nodes:
             out = policy.states[ns.name].action is not Action.RESUME
             for g in ns.gpus:
