@@ -42,6 +42,7 @@ from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
 from daemon.http.power_cap_metrics import PowerCapCollector
+from daemon.http.power_caps import NodePowerCaps
 from daemon.http.steering import SteeringCollector
 from daemon.http.view import ServiceView
 from daemon.replay.recorder import TraceRecorder
@@ -323,7 +324,14 @@ class Daemon:
                 self.config.node.name,
                 self.steering.status() if self.steering is not None else None,
             ),
+            power_caps=self._power_caps_view,
         )
+
+    def _power_caps_view(self) -> NodePowerCaps:
+        caps = self.power_caps
+        if caps is None:
+            return NodePowerCaps(self.config.node.name, False, [], [])
+        return NodePowerCaps(self.config.node.name, True, caps.status(), caps.records())
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT; SIGHUP reloads the config."""

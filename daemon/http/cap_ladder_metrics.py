@@ -29,8 +29,8 @@ class CapLadderCollector(Collector):
             labels=["gpu", "set_by"],
         )
         for row in self._caps.status():
-            if row["set_by"]:
-                by.add_metric([str(row["gpu"]), row["set_by"]], 1.0)
+            if row.set_by:
+                by.add_metric([str(row.gpu), row.set_by], 1.0)
         seconds = CounterMetricFamily(
             "rackguard_gpu_capped_seconds",
             "Seconds each GPU has spent under a power cap rackguard set (since start).",

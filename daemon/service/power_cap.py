@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from adapters.sensors.power_limit import GpuLimit, PowerLimitError
@@ -30,6 +31,32 @@ from daemon.service.power_limit import WatchedLimiter, build_limiter
 from policies.power_cap import CapAction, CapDecision, CapLadder, CapSettings, CapState
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCap:
+    """One GPU's power limit as last read, and whose cap it is."""
+
+    gpu: int
+    enforced_w: float
+    cap_w: float | None  # the limit while below the GPU's default; null when not capped
+    set_by: str  # "rackguard", "other" (an administrator, another tool) or ""
+    before_w: float | None  # rackguard's cap: the limit it restores to, never above
+    cause: str  # rackguard's cap: "margin" or "loop"
+    escalated: bool  # rackguard's cap did not hold the margin: the node's drain went ahead
+
+
+@dataclass(frozen=True, slots=True)
+class CapRecord:
+    """One cap decision as the API shows it (``at`` in Unix time)."""
+
+    at: float
+    gpu: str
+    action: str  # cap, restore or release
+    watts: float
+    reason: str
+    dry_run: bool
+
 
 _UPSERT: Final = (
     "INSERT INTO power_caps (node, gpu, limit_w, before_w, cause, escalated, capped_at)"
@@ -161,7 +188,7 @@ class PowerCaps:
                     )
         self._last_pass = now
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[GpuCap]:
         """Per GPU read: its limits and who set a cap (``rackguard``, ``other`` or none)."""
         out = []
         for g in self.limiter.latest():
@@ -169,17 +196,24 @@ class PowerCaps:
             ours = state is not None and abs(state.limit_w - g.requested_w) <= 1.0
             set_by = "rackguard" if ours else ("other" if g.requested_w < g.default_w else "")
             out.append(
-                {
-                    "gpu": g.index,
-                    "enforced_w": g.enforced_w,
-                    "cap_w": g.requested_w if set_by else None,
-                    "set_by": set_by,
-                    "before_w": state.before_w if state is not None else None,
-                    "cause": state.cause if state is not None else "",
-                    "escalated": state.escalated if state is not None else False,
-                }
+                GpuCap(
+                    g.index,
+                    g.enforced_w,
+                    g.requested_w if set_by else None,
+                    set_by,
+                    state.before_w if state is not None else None,
+                    state.cause if state is not None else "",
+                    state.escalated if state is not None else False,
+                )
             )
         return out
+
+    def records(self) -> list[CapRecord]:
+        """The latest cap decisions, oldest first."""
+        return [
+            CapRecord(d.at, d.gpu, d.action.value, d.watts, d.reason, d.dry_run)
+            for d in self.decisions
+        ]
 
     def _uuid(self, gpu: str) -> str | None:
         for g in self.limiter.latest():

@@ -39,7 +39,7 @@ async def test_power_cap_survives_the_store_reopened_and_restores_to_before(
     first.take([_decision(CapAction.CAP, 450.0)])
     await first.step()
     assert fake.gpus[3].power_limit_w == 450.0
-    assert [r["set_by"] for r in first.status()] == ["", "", "", "rackguard"]
+    assert [r.set_by for r in first.status()] == ["", "", "", "rackguard"]
     await first.limiter.close()
     store.close()
 
