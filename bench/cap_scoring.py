@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from bench.report import Row
 from fakes.sim import load_scenario
-from fakes.sim.scenario import Scenario
+from fakes.sim.scenario import Scenario, parse_scenario
 from fakes.sim.scoring import onset
 from fakes.sim.thermal import RackSimulator
 from fakes.sim.trace_writer import RACK_NAME, WALL_EPOCH, gpu_readings, rack_readings
@@ -176,6 +176,22 @@ def real_trace_caps(header: Header, readings: list[Reading], settings: PolicySet
     return caps
 
 
+def synchronized_job_start() -> Scenario:
+    """Every GPU of the rack from idle to full load at once: heating fast, but not at flat
+    power (no shipped scenario has a whole rack start together)."""
+    return parse_scenario(
+        {
+            "name": "synchronized-job-start",
+            "description": "Every GPU of the rack goes from idle to full load at once.",
+            "duration_s": 600,
+            "seed": 3,
+            "rack": {"nodes": ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]},
+            "events": [{"at_s": 120, "kind": "job_start", "target": "rack", "util": 1.0}],
+            "expect": {"drained_nodes": []},
+        }
+    )
+
+
 def ladder_rows(settings: PolicySettings) -> list[Row]:
     """The ladder against drain-only on the simulator's scenarios, as rows with targets."""
     rows: list[Row] = []
@@ -236,4 +252,7 @@ def ladder_rows(settings: PolicySettings) -> list[Row]:
         if name in QUIET:
             caps = len(cap.capped_gpus)
             rows.append(Row(f"{name}: false caps", caps, "GPUs", target="0", ok=caps == 0))
+    sync = run_ladder(synchronized_job_start(), settings, caps=True)
+    caps = len(sync.capped_gpus)
+    rows.append(Row("synchronized-job-start: false caps", caps, "GPUs", target="0", ok=caps == 0))
     return rows

@@ -6,8 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from bench.cap_scoring import run_ladder
-from fakes.sim.scenario import parse_scenario
+from bench.cap_scoring import run_ladder, synchronized_job_start
 from policies.model import Quality, Reading, SensorKind
 from policies.policy import Policy
 from policies.power_cap import CapAction, CapLadder, CapSettings, CapState
@@ -49,17 +48,7 @@ def test_power_cap_loop_failure_caps_every_gpu_to_minimum_then_drains(name: str)
 
 
 def test_power_cap_no_false_caps_on_a_synchronized_job_start() -> None:
-    sc = parse_scenario(
-        {
-            "name": "synchronized-job-start",
-            "description": "Every GPU of the rack goes from idle to full load at once.",
-            "duration_s": 600,
-            "seed": 3,
-            "rack": {"nodes": ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]},
-            "events": [{"at_s": 120, "kind": "job_start", "target": "rack", "util": 1.0}],
-            "expect": {"drained_nodes": []},
-        }
-    )
+    sc = synchronized_job_start()
     run = run_ladder(sc, S, caps=True)
     assert run.capped_gpus == set()
     assert run.first_out == {}

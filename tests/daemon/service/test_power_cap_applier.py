@@ -22,6 +22,12 @@ def _caps(store: DecisionStore, fake: object) -> PowerCaps:
     return PowerCaps(NODE, limiter, store, CapLadder())
 
 
+def _scrape(caps: PowerCaps) -> str:
+    registry = CollectorRegistry()
+    registry.register(CapLadderCollector(caps))
+    return generate_latest(registry).decode()
+
+
 def _decision(action: CapAction, watts: float) -> CapDecision:
     return CapDecision(NODE, "3", action, watts, 700.0, "rackguard: test", 0.0, "k")
 
@@ -78,9 +84,7 @@ async def test_power_cap_refused_limit_forgets_the_cap_so_the_drain_goes_ahead(
         assert caps.ladder.states == {} and caps.failures == 1
         assert fake.gpus[1].power_limit_w == 700.0
         assert await _caps(store, fake).load() == 0
-        registry = CollectorRegistry()
-        registry.register(CapLadderCollector(caps))
-        text = generate_latest(registry).decode()
+        text = _scrape(caps)
         assert "rackguard_gpu_power_cap_failures_total 1.0" in text
         await caps.limiter.close()
     finally:
@@ -104,9 +108,7 @@ async def test_power_cap_capped_seconds_counted_for_rackguards_caps(tmp_path: Pa
         caps.ladder.states[("n", "0")] = CapState("n", "0", 300.0, 700.0, 0.0, "loop")
         clock[0] = 112.5
         await caps.step()
-        registry = CollectorRegistry()
-        registry.register(CapLadderCollector(caps))
-        text = generate_latest(registry).decode()
+        text = _scrape(caps)
         assert 'rackguard_gpu_capped_seconds_total{gpu="0"} 12.5' in text
         await caps.limiter.close()
     finally:
