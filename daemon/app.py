@@ -51,7 +51,7 @@ from daemon.service.cluster import FleetCollector, build_fleet, build_leader, ru
 from daemon.service.engine import PolicyEngine
 from daemon.service.listener import CappedSite, connection_cap
 from daemon.service.notify import Notifier
-from daemon.service.power_cap import build_power_caps
+from daemon.service.power_cap import CapRecord, build_power_caps
 from daemon.service.reloader import Reloader
 from daemon.service.runner import SourceRunner
 from daemon.service.source_set import SourceSet
@@ -194,6 +194,7 @@ class Daemon:
         except SourceError as err:
             raise StartupError(f"power_cap: {err}") from err
         if self.power_caps is not None:
+            self.power_caps.on_record = self._publish_cap
             self.metrics.registry.register(PowerCapCollector(self.power_caps.limiter.latest))
             self.metrics.registry.register(CapLadderCollector(self.power_caps))
         self.sources.runners.extend(
@@ -326,6 +327,9 @@ class Daemon:
             ),
             power_caps=self._power_caps_view,
         )
+
+    def _publish_cap(self, record: CapRecord) -> None:
+        self.events.publish("power_cap", record)
 
     def _power_caps_view(self) -> NodePowerCaps:
         caps = self.power_caps

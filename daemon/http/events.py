@@ -18,6 +18,7 @@ from daemon.delivery.outbox import Status
 from daemon.delivery.overrides import AuditEntry
 from daemon.http.bodies import DeliveryEvent, encode
 from daemon.http.notice import Notice
+from daemon.service.power_cap import CapRecord
 from policies.model import Assessment, Decision
 
 
@@ -42,6 +43,7 @@ EVENT_DATA: Mapping[str, type] = MappingProxyType(
         "delivery": DeliveryEvent,
         "override": AuditEntry,
         "notice": Notice,
+        "power_cap": CapRecord,
     }
 )
 

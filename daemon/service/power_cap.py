@@ -91,6 +91,7 @@ class PowerCaps:
         self.capped_seconds: dict[str, float] = {}  # GPU index -> seconds under rackguard's cap
         self.failures = 0
         self._last_pass: float | None = None
+        self.on_record: Callable[[CapRecord], None] | None = None  # e.g. the SSE hub
 
     async def load(self) -> int:
         """Adopt the caps the store holds for this node (after a restart); returns how many."""
@@ -119,6 +120,8 @@ class PowerCaps:
         for d in decisions:
             self.decisions.append(d)
             self._queue.put_nowait(d)
+            if self.on_record is not None:
+                self.on_record(_record(d))
 
     async def refresh(self) -> list[GpuLimit]:
         """Read the limits: the ladder learns each GPU's constraints."""
@@ -210,10 +213,7 @@ class PowerCaps:
 
     def records(self) -> list[CapRecord]:
         """The latest cap decisions, oldest first."""
-        return [
-            CapRecord(d.at, d.gpu, d.action.value, d.watts, d.reason, d.dry_run)
-            for d in self.decisions
-        ]
+        return [_record(d) for d in self.decisions]
 
     def _uuid(self, gpu: str) -> str | None:
         for g in self.limiter.latest():
@@ -230,6 +230,10 @@ class PowerCaps:
     async def _delete(self, gpu: str) -> None:
         sql = "DELETE FROM power_caps WHERE node = ? AND gpu = ?"
         await self._store.write(lambda db: db.execute(sql, (self.node, gpu)))
+
+
+def _record(d: CapDecision) -> CapRecord:
+    return CapRecord(d.at, d.gpu, d.action.value, d.watts, d.reason, d.dry_run)
 
 
 def build_power_caps(

@@ -172,7 +172,7 @@ function listen() {
     renderAction(d.action);
     bump();
   });
-  for (const kind of ["assessment", "delivery", "override"]) events.addEventListener(kind, bump);
+  for (const kind of ["assessment", "delivery", "override", "power_cap"]) events.addEventListener(kind, bump);
 }
 
 async function main() {

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 from prometheus_client import CollectorRegistry, generate_latest
 
+from adapters.schedulers.webhook.sink import WebhookSink
+from adapters.sensors.nvml import NvmlAdapter
 from adapters.sensors.power_limit import DirectNvmlLimiter
+from daemon.app import Daemon
+from daemon.config import parse_config
 from daemon.delivery.outbox import DecisionStore
 from daemon.http.cap_ladder_metrics import CapLadderCollector
 from daemon.service.power_cap import PowerCaps
 from daemon.service.power_limit import WatchedLimiter
 from fakes.nvml import fake_node
+from fakes.scheduler import FakeWebhookScheduler
 from policies.power_cap import CapAction, CapDecision, CapLadder, CapState
+from tests.support.daemon_harness import config_text
+from tests.support.scrape import scrape_text
+from tests.support.secrets import WEBHOOK_SECRET as SECRET
+from tests.support.wait import wait_until
 
 NODE = "gpu-node-02"
 
@@ -113,3 +125,66 @@ async def test_power_cap_capped_seconds_counted_for_rackguards_caps(tmp_path: Pa
         await caps.limiter.close()
     finally:
         store.close()
+
+
+async def _get(port: int | None, path: str) -> Any:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}{path}") as r:
+        assert r.status == 200
+        return await r.json()
+
+
+async def test_power_cap_daemon_restarted_over_its_cap_carries_on_then_sees_an_admin(
+    tmp_path: Path,
+) -> None:
+    """A real daemon started over a cap of its own (the row and the limit from a run
+    before): shown as rackguard's, not set again; an admin's change is left and shown."""
+    fake = fake_node()
+    fake.privileged = True
+    for g in fake.gpus:
+        g.temperature_c = 55.0
+    outbox = tmp_path / "outbox.sqlite3"
+    store = DecisionStore(outbox)
+    before = _caps(store, fake)
+    await before.step()
+    before.ladder.states[(NODE, "2")] = CapState(NODE, "2", 450.0, 700.0, 0.0, "margin")
+    before.take([CapDecision(NODE, "2", CapAction.CAP, 450.0, 700.0, "rackguard: t", 0.0, "k")])
+    await before.step()
+    await before.limiter.close()
+    store.close()
+    receiver = FakeWebhookScheduler(SECRET)
+    url = await receiver.start()
+    secret = tmp_path / "webhook.key"
+    secret.write_bytes(SECRET)
+    secret.chmod(0o600)
+    text = config_text(url, secret) + (
+        f'outbox_path = "{outbox}"\n[power_cap]\nenabled = true\nvia = "direct"\n'
+    )
+    text = text.replace('name = "gpu-node-07"', f'name = "{NODE}"')
+    cfg = parse_config(text)
+    sink = WebhookSink(url, SECRET)
+    daemon = Daemon(cfg, adapters={"gpus": NvmlAdapter("gpus", fake)}, nvml=fake, sink=sink)
+    task = asyncio.create_task(daemon.run(handle_signals=False))
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), 5)
+        await asyncio.sleep(0.5)
+        body = await _get(daemon.api_port, "/v1/power-caps")
+        assert body["enabled"] is True
+        gpu2 = body["gpus"][2]
+        assert (gpu2["set_by"], gpu2["cap_w"], gpu2["before_w"]) == ("rackguard", 450.0, 700.0)
+        assert body["decisions"] == []  # carried on: not capped again
+        fake.admin_set_limit(2, 500.0)
+        await wait_until(
+            lambda: daemon.power_caps is not None and bool(daemon.power_caps.decisions),
+            what="the release",
+        )
+        await asyncio.sleep(0.3)
+        body = await _get(daemon.api_port, "/v1/power-caps")
+        assert [d["action"] for d in body["decisions"]] == ["release"]
+        assert (body["gpus"][2]["set_by"], body["gpus"][2]["cap_w"]) == ("other", 500.0)
+        assert fake.gpus[2].power_limit_w == 500.0  # left as the admin set it
+        text_metrics = await scrape_text(daemon.api_port)
+        assert 'rackguard_gpu_power_cap_set_by{gpu="2",set_by="other"} 1.0' in text_metrics
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, 5)
+        await receiver.stop()
