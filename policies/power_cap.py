@@ -119,6 +119,9 @@ class CapLadder:
     states: dict[tuple[str, str], CapState] = field(default_factory=dict)
     limits: dict[tuple[str, str], GpuLimits] = field(default_factory=dict)
     released: list[CapDecision] = field(default_factory=list)  # admin-changed, for the log
+    # Caps only recorded ([power_cap] dry_run): the enforced limit never becomes the
+    # cap, so it is not read as someone else's change. None: the policy's dry_run.
+    dry_run: bool | None = None
     _capped_at: deque[tuple[float, str]] = field(default_factory=deque)
     _epoch: int = 0
 
@@ -201,8 +204,10 @@ class CapLadder:
         enforced = t.fresh_limit(now, s.stale_after_s)
         if lim is None or enforced is None:
             return None
+        dry = self.dry_run if self.dry_run is not None else s.dry_run
         if (
             st is not None
+            and not dry
             and abs(enforced - st.limit_w) > _SAME_W
             and not _pending(st, enforced, now, s)
         ):
@@ -390,7 +395,8 @@ class CapLadder:
         self._epoch += 1
         raw = f"{d.node}|{d.gpu}|{d.action.value}|{d.watts:.1f}|{wall:.3f}|{self._epoch}"
         key = "rgc-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
-        return replace(d, at=wall, key=key, dry_run=s.dry_run)
+        dry = self.dry_run if self.dry_run is not None else s.dry_run
+        return replace(d, at=wall, key=key, dry_run=dry)
 
 
 def _pending(st: CapState, enforced: float, now: float, s: PolicySettings) -> bool:

@@ -256,6 +256,7 @@ def build_power_caps(
             storm_window_s=c.storm_window_s,
         )
     )
+    ladder.dry_run = c.effective_dry_run(config.policy.dry_run)
     engine.policy.caps = ladder
     caps = PowerCaps(engine.node, limiter, store, ladder)
     engine.on_caps = caps.take

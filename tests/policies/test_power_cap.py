@@ -122,3 +122,13 @@ def test_power_cap_storm_withholds_new_caps_beyond_the_node_count() -> None:
     budget = CapLadder(CapSettings(budget_w=150.0))
     budget.restore(CapState("n2", "1", 600.0, 700.0, 0.0, "margin"))
     assert budget._withheld("n1", None, 100.0).startswith("cap budget")
+
+
+def test_power_cap_dry_run_cap_never_enforced_is_not_another_actors() -> None:
+    policy = _policy_at(700.0, 10.0)  # the dry cap of 400 W was only recorded
+    assert policy.caps is not None
+    policy.caps.dry_run = True
+    policy.caps.restore(CapState("n1", "0", 400.0, 700.0, 0.0, "margin"))
+    policy.evaluate(10.0, 10.0, ClusterLedger({"r1": ("n1",)}, 600.0).view(10.0))
+    assert policy.cap_decisions == []
+    assert ("n1", "0") in policy.caps.states
