@@ -564,7 +564,8 @@ def summary(result: DemoResult) -> str:
         lines.append("  no GPU reached its slowdown temperature")
     expected = ", ".join(result.expected_drained) or "none"
     verdict = "as expected" if result.as_expected else "NOT as expected"
-    lines.append(f"  expected nodes drained: {expected}; outcome {verdict}")
+    what = "acted on (capped or drained), none reaching slowdown" if result.caps else "drained"
+    lines.append(f"  expected nodes {what}: {expected}; outcome {verdict}")
     lines.append(
         "  final scheduler state: "
         + ", ".join(f"{n}={s}" for n, s in sorted(result.final_state.items()))
