@@ -283,6 +283,20 @@ class CapLadder:
         if st is not None:
             st = replace(st, healthy_since=None)
             turned = g.fall_c_per_s is None and not g.predicted
+            if (
+                g.margin is not None
+                and g.margin <= s.enter_margin_c
+                and st.limit_w > lim.min_w + _SAME_W
+            ):
+                # The cap did not hold the margin: the drain goes ahead, and the GPU
+                # gets the most time its minimum limit can buy.
+                why = (
+                    f"{REASON_PREFIX} {g.subject} of {node} {g.margin:.1f}C under slowdown "
+                    f"despite its cap: capped to its minimum {lim.min_w:.0f}W, draining"
+                )
+                d = self._cap(node, gpu, st, lim.min_w, enforced, now, "margin", why)
+                self.states[key] = replace(self.states[key], escalated=True)
+                return d
             if target is None or target < lim.min_w:
                 st = replace(st, escalated=True)
             elif (

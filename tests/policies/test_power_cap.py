@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
 from bench.cap_scoring import run_ladder, synchronized_job_start
+from fakes.sim.scenario import parse_scenario
 from policies.model import Quality, Reading, SensorKind
 from policies.policy import Policy
 from policies.power_cap import CapAction, CapLadder, CapSettings, CapState
@@ -132,3 +135,24 @@ def test_power_cap_dry_run_cap_never_enforced_is_not_another_actors() -> None:
     policy.evaluate(10.0, 10.0, ClusterLedger({"r1": ("n1",)}, 600.0).view(10.0))
     assert policy.cap_decisions == []
     assert ("n1", "0") in policy.caps.states
+
+
+def test_power_cap_the_whole_ladder_when_the_cap_cannot_hold() -> None:
+    """A plate failing to 14x: cap, drain, minimum cap, exclude; after the repair the
+    limit restored in steps to what it was, and the node resumed."""
+    with (Path(__file__).parents[2] / "fakes" / "scenarios" / "hot-gpu.toml").open("rb") as f:
+        data = tomllib.load(f)
+    data.update(name="hot-gpu-severe", duration_s=1500)
+    data["events"][1]["factor"] = 14.0
+    data["events"][2]["at_s"] = 900
+    drain_only = run_ladder(parse_scenario(data), S, caps=False)
+    run = run_ladder(parse_scenario(data), S, caps=True)
+    steps = [line.split(": ", 1)[1].split(" (")[0] for _, line in run.log]
+    first = {s: min(t for t, line in run.log if s in line) for s in ("cap", "drain", "exclude")}
+    assert first["cap"] <= first["drain"] < first["exclude"]
+    assert "cap 200W" in steps  # escalated: the minimum, the most time it buys
+    restores = [s for s in steps if s.startswith("restore")]
+    assert restores[-1] == "restore 700W" and len(restores) >= 3  # in steps, to before
+    assert steps[-1] == "resume"
+    assert drain_only.first_slowdown_s is not None and run.first_slowdown_s is not None
+    assert run.first_slowdown_s - drain_only.first_slowdown_s > 300  # minutes, not seconds
