@@ -36,6 +36,7 @@ import hashlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from policies.gpu import GpuView
 from policies.gpu_tracker import GpuTracker
@@ -157,10 +158,17 @@ class CapLadder:
         s: PolicySettings,
     ) -> list[CapDecision]:
         """The cap decisions at ``now`` for the nodes in ``views``."""
-        fast: dict[str, int] = {}
+        # Per rack, each fast-heating GPU's rate per watt (C/s/W): heat removal failing
+        # heats every GPU of the loop at a rate ~ its power, so the ratios agree.
+        per_watt: dict[str, list[float]] = {}
         for node, gpus in views.items():
-            rack = rack_of[node]
-            fast[rack] = fast.get(rack, 0) + sum(g.fast_heating_c_per_s is not None for g in gpus)
+            rates = per_watt.setdefault(rack_of[node], [])
+            for g in gpus:
+                t = trackers.get(node, {}).get(g.subject.removeprefix("gpu"))
+                power = t.fresh_power(now, s.stale_after_s) if t is not None else None
+                if g.fast_heating_c_per_s is not None and power is not None and power > 0.0:
+                    rates.append(g.fast_heating_c_per_s / power)
+        fast = {rack: _common_cause(rates) for rack, rates in per_watt.items()}
         while self._capped_at and self._capped_at[0][0] < now - self.settings.storm_window_s:
             self._capped_at.popleft()
         out: list[CapDecision] = []
@@ -420,3 +428,14 @@ def _pending(st: CapState, enforced: float, now: float, s: PolicySettings) -> bo
         and abs(enforced - st.was_w) <= _SAME_W
         and now - st.changed_at <= 3 * s.stale_after_s
     )
+
+
+_SPREAD: Final = 4.0  # rates per watt within this factor: one cause (power-proportional)
+
+
+def _common_cause(per_watt: list[float]) -> int:
+    """How many fast-heating GPUs share the power-proportional rate of the median one."""
+    if len(per_watt) < 2:
+        return len(per_watt)
+    mid = sorted(per_watt)[len(per_watt) // 2]
+    return sum(mid / _SPREAD <= r <= mid * _SPREAD for r in per_watt)

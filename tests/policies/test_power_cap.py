@@ -156,3 +156,11 @@ def test_power_cap_the_whole_ladder_when_the_cap_cannot_hold() -> None:
     assert steps[-1] == "resume"
     assert drain_only.first_slowdown_s is not None and run.first_slowdown_s is not None
     assert run.first_slowdown_s - drain_only.first_slowdown_s > 300  # minutes, not seconds
+
+
+def test_power_cap_signature_needs_heating_in_proportion_to_power() -> None:
+    from policies.power_cap import _common_cause  # noqa: PLC0415 - the rule's own helper
+
+    assert _common_cause([0.6 / 700, 0.55 / 690, 0.2 / 250]) == 3  # one cause, ~ power
+    assert _common_cause([0.6 / 700, 0.6 / 70]) == 1  # an idle GPU heating as fast: not it
+    assert _common_cause([0.001]) == 1
