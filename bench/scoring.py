@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from bench.cap_scoring import ladder_rows, real_trace_caps
 from bench.report import Row
 from fakes.sim import list_scenarios, load_scenario
 from fakes.sim.scoring import DecisionScore, first_crossing, onset, throttled_in_service
@@ -416,4 +417,6 @@ def measure(settings: PolicySettings | None = None) -> list[Row]:
         rows.append(Row(f"real {name}: drains", drains, "", target="0", ok=drains == 0))
         persist, naive, _ = real_trace_errors(readings, 5.0)
         rows.append(Row(f"real {name}: naive trend MAE @5s", naive, "C", "persistence", persist))
-    return rows
+        caps = real_trace_caps(header, readings, s)
+        rows.append(Row(f"real {name}: false caps", caps, "", target="0", ok=caps == 0))
+    return rows + ladder_rows(s)

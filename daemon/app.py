@@ -37,9 +37,12 @@ from daemon.delivery.overrides import AuditEntry, OverrideRequest, OverrideStore
 from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_backend, build_job_notices
 from daemon.http.api import ApiContext, make_app
+from daemon.http.cap_ladder_metrics import CapLadderCollector
 from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
+from daemon.http.power_cap_metrics import PowerCapCollector
+from daemon.http.power_caps import NodePowerCaps
 from daemon.http.steering import SteeringCollector
 from daemon.http.view import ServiceView
 from daemon.replay.recorder import TraceRecorder
@@ -48,6 +51,7 @@ from daemon.service.cluster import FleetCollector, build_fleet, build_leader, ru
 from daemon.service.engine import PolicyEngine
 from daemon.service.listener import CappedSite, connection_cap
 from daemon.service.notify import Notifier
+from daemon.service.power_cap import CapRecord, build_power_caps
 from daemon.service.reloader import Reloader
 from daemon.service.runner import SourceRunner
 from daemon.service.source_set import SourceSet
@@ -190,6 +194,14 @@ class Daemon:
         self.steering = self._build_steering()
         if self.steering is not None:
             self.metrics.registry.register(SteeringCollector(self.steering))
+        try:
+            self.power_caps = build_power_caps(config, self.engine, self.decisions, nvml=nvml)
+        except SourceError as err:
+            raise StartupError(f"power_cap: {err}") from err
+        if self.power_caps is not None:
+            self.power_caps.on_record = self._publish_cap
+            self.metrics.registry.register(PowerCapCollector(self.power_caps.limiter.latest))
+            self.metrics.registry.register(CapLadderCollector(self.power_caps))
         self.sources.runners.extend(
             self.make_runner(adapter, config.sources[name].timing)
             for name, adapter in built.items()
@@ -321,7 +333,17 @@ class Daemon:
                 self.config.node.name,
                 self.steering.status() if self.steering is not None else None,
             ),
+            power_caps=self._power_caps_view,
         )
+
+    def _publish_cap(self, record: CapRecord) -> None:
+        self.events.publish("power_cap", record)
+
+    def _power_caps_view(self) -> NodePowerCaps:
+        caps = self.power_caps
+        if caps is None:
+            return NodePowerCaps(self.config.node.name, False, [], [])
+        return NodePowerCaps(self.config.node.name, True, caps.status(), caps.records())
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT; SIGHUP reloads the config."""
@@ -377,6 +399,12 @@ class Daemon:
                     tg.create_task(self._publish_assessments(), name="assessments")
                     if self.steering is not None:
                         tg.create_task(self.steering.run(), name="steering")
+                    if self.power_caps is not None:
+                        await self.power_caps.load()
+                        tg.create_task(
+                            self.power_caps.run(self.config.policy.evaluate_interval_s),
+                            name="power-cap",
+                        )
                     if self.notifier.watchdog_s:
                         tg.create_task(
                             self.status.watchdog(self.notifier.watchdog_s), name="watchdog"

@@ -34,6 +34,7 @@ from fakes.sim import RackSnapshot, Scenario, ScenarioError, SimulatedRack, load
 from fakes.sim.load import MIN_POLL_TIMEOUT_S, LoadWatch, poll_timeout_note, safe_speed
 from fakes.snmp_agent import SimulatedPdu
 from policies.model import Condition
+from policies.power_cap import CapDecision
 
 SIM_POLL_S = 1.0  # each agent polls its GPUs once per simulated second
 SIM_STEP_WALL_S = 0.05  # wall seconds between simulator steps
@@ -64,6 +65,13 @@ class DemoResult:
     # Per node, each source's health at the end of the run.
     source_health: dict[str, dict[str, str]] = field(default_factory=dict)
     expected_drained: tuple[str, ...] = ()
+    # The cap rung (run with caps): (t, node, "gpuN", action, watts) per cap decision.
+    caps: list[tuple[float, str, str, str, float]] = field(default_factory=list)
+
+    @property
+    def capped_nodes(self) -> set[str]:
+        """Nodes with a GPU capped at least once."""
+        return {node for _, node, _, action, _ in self.caps if action == "cap"}
 
     def first_action(self, node: str) -> DemoDecision | None:
         """The first drain or exclusion of a node."""
@@ -76,7 +84,13 @@ class DemoResult:
 
     @property
     def as_expected(self) -> bool:
-        """Exactly the expected nodes were acted on, each before any GPU crossed slowdown."""
+        """Exactly the expected nodes were acted on, each before any GPU crossed slowdown.
+
+        With caps, a capped node is acted on: its cap held the GPU instead of a drain.
+        """
+        if self.caps:
+            acted = self.acted_nodes | self.capped_nodes
+            return acted == set(self.expected_drained) and self.first_crossing is None
         if self.acted_nodes != set(self.expected_drained):
             return False
         if self.first_crossing is None:
@@ -134,9 +148,32 @@ class RackFakes:
 
 
 def daemon_config(
-    node: str, rack: str, url: str, secret: Path, speed: float, fakes: RackFakes | None = None
+    node: str,
+    rack: str,
+    url: str,
+    secret: Path,
+    speed: float,
+    fakes: RackFakes | None = None,
+    *,
+    caps: bool = False,
 ) -> Config:
-    """A node agent's config with its time settings scaled to simulated time."""
+    """A node agent's config with its time settings scaled to simulated time.
+
+    ``caps``: the cap rung on, NVML direct (the demo's fake NVML is privileged).
+    """
+    power_cap = (
+        f"""
+        [power_cap]
+        enabled = true
+        via = "direct"
+        settle_s = {120.0 / speed}
+        healthy_after_s = {120.0 / speed}
+        restore_every_s = {30.0 / speed}
+        storm_window_s = {600.0 / speed}
+        """
+        if caps
+        else ""
+    )
     # At very high speeds the poll interval stops shrinking at the config's floor.
     interval = max(SIM_POLL_S / speed, MIN_INTERVAL_S)
     rack_sources = fakes.sources() if fakes is not None else ""
@@ -179,6 +216,7 @@ def daemon_config(
         retry_initial_s = {interval}
         retry_max_s = {interval * 10}
         outbox_path = "{secret.parent / f"outbox-{node}.sqlite3"}"
+        {power_cap}
         """,
         origin=f"demo config for {node}",
     )
@@ -200,6 +238,7 @@ class LiveView:
             n: deque(maxlen=240) for n in rack.scenario.rack.nodes
         }
         self.decisions: list[tuple[DemoDecision, str]] = []
+        self.caps: dict[tuple[str, str], tuple[str, float]] = {}  # (node, gpu) -> last
         self._last_conditions: dict[str, Condition] = {}
         self._last_status_t = -1e9
 
@@ -229,6 +268,17 @@ class LiveView:
             print(
                 f"{fmt_t(d.t)}  {d.node}  {d.action.upper():8} {d.reason}  "
                 f"[domain {d.domain}; scheduler: {state}]",
+                file=self.out,
+                flush=True,
+            )
+
+    def on_cap(self, c: CapDecision, reason: str) -> None:
+        """A cap decision: kept for the live page; in plain mode printed at once."""
+        self.caps[(c.node, c.gpu)] = (c.action.value, c.watts)
+        if not self.live:
+            print(
+                f"{fmt_t(self.rack.t)}  {c.node}  {c.action.value.upper():8} gpu{c.gpu} "
+                f"power limit {c.watts:.0f}W  {reason}",
                 file=self.out,
                 flush=True,
             )
@@ -304,6 +354,10 @@ class LiveView:
             lines.append(f"  {fmt_t(d.t)}  {d.node}  {d.action.upper():8} {d.reason}")
         if not self.decisions:
             lines.append("  none yet")
+        capped = [(k, v) for k, v in sorted(self.caps.items()) if v[0] == "cap"]
+        if capped:
+            lines += ["", "power caps (rackguard's):"]
+            lines += [f"  {n}/gpu{g}  capped to {w:.0f}W" for (n, g), (_, w) in capped]
         self.out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
         self.out.flush()
 
@@ -346,8 +400,12 @@ async def run_scenario(
     live: bool = False,
     out: TextIO | None = None,
     on_tick: Callable[[SimulatedRack], None] | None = None,
+    caps: bool = False,
 ) -> DemoResult:
-    """Play one scenario (a shipped name, a file, or a loaded one) to its end; what happened."""
+    """Play one scenario (a shipped name, a file, or a loaded one) to its end; what happened.
+
+    ``caps``: each agent runs the cap rung on its node's fake NVML (privileged).
+    """
     out = out or sys.stdout
     rack = SimulatedRack(scenario, seed=seed)
     sc = rack.scenario
@@ -386,15 +444,21 @@ async def run_scenario(
             cdu.url,
             "opc40082-tcd" if cdu.model == "tcd" else "generic",
         )
+        nvmls = {node: FakeNvml(rack.gpus_by_node[node]) for node in sc.rack.nodes}
+        for fake in nvmls.values():
+            fake.privileged = caps
         daemons = [
             Daemon(
-                daemon_config(node, "rack-sim", url, secret, speed, fakes),
-                adapters={"gpus": NvmlAdapter("gpus", FakeNvml(rack.gpus_by_node[node]))},
+                daemon_config(node, "rack-sim", url, secret, speed, fakes, caps=caps),
+                adapters={"gpus": NvmlAdapter("gpus", nvmls[node])},
                 sink=WebhookSink(url, DEMO_SECRET),
+                nvml=nvmls[node] if caps else None,
             )
             for node in sc.rack.nodes
         ]
         view = LiveView(out, rack, daemons, speed, live=live)
+        for dmn in daemons:
+            _watch_caps(dmn, rack, view, result, speed)
 
         def received(item: Received) -> None:
             p = item.payload
@@ -431,6 +495,23 @@ async def run_scenario(
             await cdu.stop()
     result.final_state = dict(scheduler.node_state)
     return result
+
+
+def _watch_caps(
+    dmn: Daemon, rack: SimulatedRack, view: LiveView, result: DemoResult, speed: float
+) -> None:
+    """Record (and, in plain mode, print) each cap decision the agent hands on."""
+    take = dmn.engine.on_caps
+    if take is None:
+        return
+
+    def seen(decisions: list[CapDecision]) -> None:
+        for c in decisions:
+            result.caps.append((rack.t, c.node, "gpu" + c.gpu, c.action.value, c.watts))
+            view.on_cap(c, to_sim_time(c.reason, speed))
+        take(decisions)
+
+    dmn.engine.on_caps = seen
 
 
 async def _drive(
@@ -489,6 +570,8 @@ def summary(result: DemoResult) -> str:
         lines.append(
             f"  {fmt_t(d.t)}  {d.node}  {d.action.upper():8} {d.reason} (domain {d.domain})"
         )
+    for at, cnode, cgpu, action, watts in result.caps:
+        lines.append(f"  {fmt_t(at)}  {cnode}  {action.upper():8} {cgpu} power limit {watts:.0f}W")
     if result.first_crossing:
         t, node, gpu = result.first_crossing
         lines.append(f"  first GPU at its slowdown temperature: {node}/gpu{gpu} at {fmt_t(t)}")
@@ -507,7 +590,8 @@ def summary(result: DemoResult) -> str:
     verdict = "as expected" if result.as_expected else "NOT as expected"
     if result.invalid:
         verdict = f"INVALID ({result.invalid}; lower --speed)"
-    lines.append(f"  expected nodes drained: {expected}; outcome {verdict}")
+    what = "acted on (capped or drained), none reaching slowdown" if result.caps else "drained"
+    lines.append(f"  expected nodes {what}: {expected}; outcome {verdict}")
     lines.append(
         "  final scheduler state: "
         + ", ".join(f"{n}={s}" for n, s in sorted(result.final_state.items()))
@@ -522,6 +606,7 @@ async def run_demo(
     speed: float | None = None,
     live: bool = True,
     seed: int | None = None,
+    caps: bool = True,
 ) -> int:
     """The `rackguard-sim demo` command; exit 0 when the outcome matches the scenario's truth.
 
@@ -535,7 +620,7 @@ async def run_demo(
         print(f"rackguard-sim demo: {err}", file=sys.stderr)
         return 2
     with contextlib.suppress(KeyboardInterrupt):
-        result = await run_scenario(scenario, speed=speed, seed=seed, live=live)
+        result = await run_scenario(scenario, speed=speed, seed=seed, live=live, caps=caps)
         print(summary(result), flush=True)
         return 0 if result.as_expected and not result.invalid else 1
     return 130

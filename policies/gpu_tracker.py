@@ -248,6 +248,12 @@ class GpuTracker:
         value = self._limit_v
         return value if value is not None and not now - self._limit_t > stale_after_s else None
 
+    def fresh_power(self, now: float, stale_after_s: float) -> float | None:
+        """The power drawn (W) when its reading is usable and fresh."""
+        value = self._power_v
+        fresh = math.isfinite(value) and not now - self._power_t > stale_after_s
+        return value if fresh else None
+
     def fresh_shutdown(self, now: float, stale_after_s: float) -> float | None:
         """``fresh_value(self.shutdown, now, stale_after_s)``, from what observe kept."""
         value = self._shut_v

@@ -33,6 +33,7 @@ from policies.model import (
     idempotency_key,
 )
 from policies.node import HOT, judge_node
+from policies.power_cap import CapDecision, CapLadder
 from policies.rack import RackEvidence, evidence_seen, rack_evidence
 from policies.rules import Gates, NodeState, Verdict, transition
 from policies.safety import (
@@ -157,6 +158,9 @@ class Policy:
         self.breaker = BreakerState()
         # Per node: the GPU dict last seen and its keys in index order (see _gpus).
         self._gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = {}
+        # The cap rung (policies/power_cap.py): None while [power_cap] is off.
+        self.caps: CapLadder | None = None
+        self.cap_decisions: list[CapDecision] = []  # the last evaluation's
 
     @property
     def settings(self) -> PolicySettings:
@@ -223,6 +227,8 @@ class Policy:
             rk: rack_evidence(rk, self.tracker.rack[rk], now, margins[rk], s)
             for rk in {self.rack_of[n] for n in wanted}
         }
+        if self.caps is not None:
+            self.cap_decisions = self._caps(self.caps, now, wall, wanted, gpus, evidence)
         out = {}
         for n in wanted:
             rack = self.rack_of[n]
@@ -230,6 +236,21 @@ class Policy:
         return out
 
     # -- one evaluation's parts ----------------------------------------------------
+
+    def _caps(
+        self,
+        caps: CapLadder,
+        now: float,
+        wall: float,
+        wanted: list[str],
+        gpus: dict[str, list[GpuView]],
+        evidence: dict[str, RackEvidence],
+    ) -> list[CapDecision]:
+        trackers = {n: self.tracker.nodes[n].gpus for n in wanted if n in self.tracker.nodes}
+        references = {rk: self.tracker.rack[rk].reference(now) for rk in evidence}
+        return caps.evaluate(
+            now, wall, gpus, trackers, self.rack_of, evidence, references, self._settings
+        )
 
     def _gpus(self, node: str, now: float) -> list[GpuView]:
         tracker = self.tracker.nodes.get(node)
@@ -262,6 +283,8 @@ class Policy:
         if state.awaiting_evidence and evidence_seen(state.domain, ev):
             state = replace(state, awaiting_evidence=False)
         judged, hot = judge_node(node, rack, state, gpus, ev, rack_trouble, view, s)
+        if self.caps is not None and state.action is Action.RESUME:
+            judged = held_by_cap(judged, gpus, self.caps.holds(node), s)
         pin = o.pins.get(node)
         in_service = state.action is Action.RESUME
         withheld = (
@@ -311,3 +334,21 @@ class Policy:
             following=new_state.following if step is not None else "",
             headroom=NodeHeadroom.of([g.full_load_margin for g in gpus]),
         )
+
+
+def held_by_cap(
+    judged: Verdict, gpus: list[GpuView], held: frozenset[str], s: PolicySettings
+) -> Verdict:
+    """A GPU or node WARNING that only capped GPUs (holding, above the enter margin) raise:
+    no drain while the cap holds (the first rung of the ladder stands in for it)."""
+    if not held or judged.condition is not Condition.WARNING:
+        return judged
+    if judged.domain not in (FaultDomain.GPU, FaultDomain.NODE) or judged.following:
+        return judged
+    for g in gpus:
+        hot = g.condition in HOT or (
+            g.full_load_margin is not None and g.full_load_margin < s.enter_margin_c
+        )
+        if hot and (g.subject not in held or g.margin is None or g.margin <= s.enter_margin_c):
+            return judged
+    return Verdict(Condition.OK, False, judged.domain, "")

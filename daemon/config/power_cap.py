@@ -27,6 +27,15 @@ class PowerCapConfig:
     helper_timeout_s: float = bounded(10.0, gt=0, le=120)
     # Unset: the same as [policy] dry_run. Set, it overrides it for caps only.
     dry_run: bool | None = None
+    # The ladder (policies/power_cap.py, docs/power-cap.md).
+    cap_margin_c: float = bounded(8.0, gt=0, le=40, doc="hold a capped GPU this far under slowdown")
+    settle_s: float = bounded(120.0, gt=0, doc="the forecast must turn within this, else drain")
+    healthy_after_s: float = bounded(120.0, ge=0, doc="healthy this long before a restore step")
+    restore_step_w: float = bounded(100.0, gt=0, doc="watts per restore step")
+    restore_every_s: float = bounded(30.0, gt=0, doc="seconds between restore steps")
+    budget_w: float = bounded(1.0e6, ge=0, doc="capped watts (before - cap), cluster-wide")
+    storm_nodes: int = bounded(8, ge=1, doc="more nodes newly capped in storm_window_s: stop")
+    storm_window_s: float = bounded(600.0, gt=0, doc="the cap storm window")
 
     def validate(self) -> Problems:
         """The helper socket is an absolute path."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
 
 # Version 1. Version 0 is the unversioned schema of the first releases: the same
@@ -92,7 +92,30 @@ _TABLES_V3 = (
     bucket INTEGER
 )""",
 )
-_OUR_TABLES = {"decisions", "overrides", "audit", "notices", "notice_jobs", "steering"}
+# Version 5: power caps (policies/power_cap.py, daemon/service/power_cap.py). One row
+# per GPU rackguard has capped: its limit, the limit enforced before (never restored
+# above it) and why, so a restart neither caps twice nor forgets to restore.
+_TABLES_V5 = (
+    """CREATE TABLE IF NOT EXISTS power_caps (
+    node TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    limit_w REAL NOT NULL,
+    before_w REAL NOT NULL,
+    cause TEXT NOT NULL,
+    escalated INTEGER NOT NULL DEFAULT 0,
+    capped_at REAL NOT NULL,
+    PRIMARY KEY (node, gpu)
+)""",
+)
+_OUR_TABLES = {
+    "decisions",
+    "overrides",
+    "audit",
+    "notices",
+    "notice_jobs",
+    "steering",
+    "power_caps",
+}
 
 
 def _migrate_0_to_1(db: sqlite3.Connection, tables: set[str]) -> None:
@@ -121,10 +144,16 @@ def _migrate_3_to_4(db: sqlite3.Connection, tables: set[str]) -> None:
         db.execute(statement)
 
 
+def _migrate_4_to_5(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _TABLES_V5:
+        db.execute(statement)
+
+
 # MIGRATIONS[v] takes a database at version v to v + 1.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
     _migrate_0_to_1,
     _migrate_1_to_2,
     _migrate_2_to_3,
     _migrate_3_to_4,
+    _migrate_4_to_5,
 )

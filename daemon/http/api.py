@@ -38,6 +38,7 @@ from daemon.http.params import (
     decode,
     unix_time,
 )
+from daemon.http.power_caps import NodePowerCaps, add_power_cap_routes
 from daemon.http.steering import add_steering_routes
 from policies.model import Condition, Quality, Reading
 from policies.tracking import gpu_kind
@@ -72,6 +73,8 @@ class ApiContext:
     notices: Callable[[], tuple[str, NoticeView | None]] = lambda: ("", None)
     # This node's name and its steering (None where the scheduler has no node setting).
     steering: Callable[[], tuple[str, SteeringStatus | None]] = lambda: ("", None)
+    # This node's power caps (daemon/http/power_caps.py).
+    power_caps: Callable[[], NodePowerCaps] = lambda: NodePowerCaps("", False, [], [])
 
 
 class _Streams:
@@ -468,4 +471,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     add_page_routes(app, page_initial)
     add_notice_routes(app, lambda: ctx.notices())  # noqa: PLW0108 (ctx may be uninitialised here)
     add_steering_routes(app, lambda: ctx.steering())  # noqa: PLW0108 (as the notices')
+    add_power_cap_routes(app, lambda: ctx.power_caps())  # noqa: PLW0108 (as the notices')
     return app

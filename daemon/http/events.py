@@ -19,6 +19,7 @@ from daemon.delivery.outbox import Row
 from daemon.delivery.overrides import AuditEntry
 from daemon.http.bodies import DeliveryEvent, encode
 from daemon.http.notice import Notice
+from daemon.service.power_cap import CapRecord
 from policies.model import Assessment, Decision
 
 
@@ -43,6 +44,7 @@ EVENT_DATA: Mapping[str, type] = MappingProxyType(
         "delivery": DeliveryEvent,
         "override": AuditEntry,
         "notice": Notice,
+        "power_cap": CapRecord,
     }
 )
 

@@ -5,6 +5,11 @@ prolog/epilog or an elastic-training agent on the node reads "checkpoint by T,
 reason, domain" and checkpoints on its own, with or without a signal. The same
 body is sent as the ``notice`` event on ``/v1/events`` whenever a notice opens,
 changes or closes.
+
+A power cap (``GET /v1/power-caps``) opens no notice: the job keeps running, slower
+(throughput ~ (P/P_demand)^0.4 under a binding cap), and nothing is asked of it. A
+cap on lost coolant flow is followed at once by the notice and drain; a margin cap
+that does not hold is followed by them after the settle time (docs/power-cap.md).
 """
 
 from __future__ import annotations
@@ -159,6 +164,10 @@ NOTICE_PATHS: dict[str, Any] = {
     "/v1/node/notice": {
         "get": {
             "summary": "This node's open job notice (checkpoint by T), or null; no token needed",
+            "description": (
+                "A power cap opens no notice: the job keeps running at reduced power (see"
+                " /v1/power-caps). A drain or exclusion that follows a cap opens one as usual."
+            ),
             "responses": _ok("NodeNotice", "the notice"),
         }
     },

@@ -14,6 +14,7 @@ from daemon.http.events import EVENT_DATA
 from daemon.http.notice import NOTICE_BODIES, NOTICE_PATHS, NOTICE_SCHEMAS
 from daemon.http.page import STATIC_FILES
 from daemon.http.params import DecisionQuery, EventsHeaders, EventsQuery, parameters
+from daemon.http.power_caps import POWER_CAP_BODIES, POWER_CAP_PATHS, POWER_CAP_SCHEMAS
 from daemon.http.steering import STEERING_BODIES, STEERING_PATHS, STEERING_SCHEMAS
 
 _STR = {"type": "string"}
@@ -97,7 +98,12 @@ REQUEST_BODIES: tuple[type, ...] = REQUEST_TYPES
 REQUEST_UNIONS: dict[str, Any] = {"OverrideRequest": OverrideRequest}
 # Every model the document describes (the tests check each against its schema).
 MODELS: tuple[type, ...] = (
-    RESPONSE_BODIES + NOTICE_BODIES + STEERING_BODIES + EVENT_BODIES + REQUEST_BODIES
+    RESPONSE_BODIES
+    + NOTICE_BODIES
+    + STEERING_BODIES
+    + POWER_CAP_BODIES
+    + EVENT_BODIES
+    + REQUEST_BODIES
 )
 
 SCHEMAS: dict[str, Any] = {
@@ -140,6 +146,7 @@ _ID = {
     "/v1/node/notice": "getNodeNotice",
     "/v1/notices": "listNotices",
     "/v1/steering": "getSteering",
+    "/v1/power-caps": "getPowerCaps",
 }
 
 OPENAPI: dict[str, Any] = {
@@ -150,7 +157,7 @@ OPENAPI: dict[str, Any] = {
         "description": "Per-node thermal and power guard for GPU clusters.",
     },
     "components": {
-        "schemas": SCHEMAS | NOTICE_SCHEMAS | STEERING_SCHEMAS,
+        "schemas": SCHEMAS | NOTICE_SCHEMAS | STEERING_SCHEMAS | POWER_CAP_SCHEMAS,
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     },
     "paths": {
@@ -294,5 +301,6 @@ OPENAPI: dict[str, Any] = {
         },
         **{path: {"get": _read(_ID[path], **op["get"])} for path, op in NOTICE_PATHS.items()},
         **{path: {"get": _read(_ID[path], **op["get"])} for path, op in STEERING_PATHS.items()},
+        **{path: {"get": _read(_ID[path], **op["get"])} for path, op in POWER_CAP_PATHS.items()},
     },
 }

@@ -14,6 +14,7 @@ from daemon.clock import decision_in_unix
 from daemon.service.state import StateStore
 from policies.model import Action, Condition, Decision, FaultDomain, Quality, Reading
 from policies.policy import Outcome, Policy
+from policies.power_cap import CapDecision
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterLedger, ClusterView, Overrides
 from policies.settings import PolicySettings
@@ -68,6 +69,9 @@ class PolicyEngine:
         self.last_wall: float | None = None  # Unix time of the last evaluation
         self.decisions: deque[Decision] = deque(maxlen=history)
         self._absent_logged: set[str] = set()
+        # Where the cap rung's decisions go (daemon/service/power_cap.py): handed on
+        # before the node's own decision of the same evaluation.
+        self.on_caps: Callable[[list[CapDecision]], None] | None = None
 
     @property
     def settings(self) -> PolicySettings:
@@ -107,9 +111,12 @@ class PolicyEngine:
         readings = self._store.readings()
         self._log_absent(readings)
         self.policy.observe(readings)
-        return self.policy.evaluate(
+        outcome = self.policy.evaluate(
             now, wall, self.cluster_view(now), self.overrides, nodes=(self.node,)
         )[self.node]
+        if self.on_caps is not None and self.policy.cap_decisions:
+            self.on_caps(list(self.policy.cap_decisions))
+        return outcome
 
     def _hand_on(self, outcome: Outcome, now: float, wall: float) -> Outcome:
         if outcome.decision is not None:

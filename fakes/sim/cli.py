@@ -419,7 +419,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from fakes.demo import run_demo  # noqa: PLC0415 - the demo's imports load only when asked for
 
     return run_async(
-        run_demo(scenario=args.scenario, speed=args.speed, live=not args.no_live, seed=args.seed)
+        run_demo(
+            scenario=args.scenario,
+            speed=args.speed,
+            live=not args.no_live,
+            seed=args.seed,
+            caps=not args.no_caps,
+        )
     )
 
 
@@ -503,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--seed", type=int, default=None)
     d.add_argument("--no-live", action="store_true", help="print events, not a live view")
+    d.add_argument("--no-caps", action="store_true", help="drain-only: the agents do not cap power")
     return p
 
 

@@ -266,9 +266,33 @@ function renderSources(sources) {
   }
 }
 
+// One line per capped GPU: its limit and who set it (rackguard's ladder or another actor).
+function renderCaps(caps) {
+  const list = $("caps");
+  const capped = (caps.gpus || []).filter((g) => g.cap_w !== null);
+  const lines = capped.map((g) => {
+    const li = document.createElement("li");
+    li.dataset.setBy = g.set_by;
+    const before = g.before_w !== null ? ` (restores to ${Math.round(g.before_w)} W)` : "";
+    li.textContent = `gpu${g.gpu} capped to ${Math.round(g.cap_w)} W by ${g.set_by}${before}`;
+    return li;
+  });
+  if (!lines.length) {
+    const li = document.createElement("li");
+    li.textContent = caps.enabled ? "none" : "power capping off";
+    lines.push(li);
+  }
+  list.replaceChildren(...lines);
+}
+
 async function refresh() {
-  const [assess, state] = await Promise.all([getJson("v1/assessments"), getJson("v1/state")]);
+  const [assess, state, caps] = await Promise.all([
+    getJson("v1/assessments"),
+    getJson("v1/state"),
+    getJson("v1/power-caps"),
+  ]);
   show(assess, state);
+  renderCaps(caps);
 }
 
 function show(assess, state) {
@@ -322,6 +346,7 @@ function listen() {
     });
   }
   events.addEventListener("assessment", bump);
+  events.addEventListener("power_cap", bump);
 }
 
 async function main() {
