@@ -9,7 +9,8 @@ walks them): a module may import its own layer and the ones below, never above.
 3. cluster: the scheduler view, etcd, the rack leader, the fleet
 4. service, replay: the parts the running daemon is assembled from
 5. http: the API, its bodies, the read-only view it gets of the service
-6. app, status, snmp_probe: the Daemon, which wires everything together; probes
+6. app, status, snmp_probe, powercap_helper: the Daemon, which wires everything
+   together; probes; the privileged power-limit helper (a process of its own)
 7. cli
 """
 
@@ -27,5 +28,6 @@ LAYERS: dict[str, int] = {
     "app": 6,
     "status": 6,
     "snmp_probe": 6,
+    "powercap_helper": 6,
     "cli": 7,
 }

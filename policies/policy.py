@@ -139,41 +139,38 @@ class NodeView:
         return a
 
 
+@dataclass(eq=False)
 class Policy:
     """The predictive policy over the nodes of some racks; feed readings, then evaluate."""
 
-    def __init__(
-        self,
-        settings: PolicySettings,
-        racks: Mapping[str, tuple[str, ...]],
-        *,
-        default_node: str | None = None,
-    ) -> None:
-        self._settings = settings
-        self.racks = {rack: tuple(nodes) for rack, nodes in racks.items()}
+    settings: PolicySettings  # replaced through reconfigure(), which reloads the trackers
+    racks: Mapping[str, tuple[str, ...]]
+    default_node: str | None = field(default=None, kw_only=True)
+    rack_of: dict[str, str] = field(init=False)
+    tracker: Tracker = field(init=False)
+    states: dict[str, NodeState] = field(init=False)
+    breaker: BreakerState = field(init=False, default_factory=BreakerState)
+    # Per node: the GPU dict last seen and its keys in index order (see _gpus).
+    _gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = field(
+        init=False, default_factory=dict
+    )
+    # The cap rung (policies/power_cap.py): None while [power_cap] is off.
+    caps: CapLadder | None = field(init=False, default=None)
+    cap_decisions: list[CapDecision] = field(init=False, default_factory=list)  # the last's
+
+    def __post_init__(self) -> None:
+        self.racks = {rack: tuple(nodes) for rack, nodes in self.racks.items()}
         self.rack_of = {n: r for r, nodes in self.racks.items() for n in nodes}
-        self._default_node = default_node
-        self.tracker = Tracker(settings, self.racks, default_node=default_node)
-        self.states: dict[str, NodeState] = {n: NodeState() for n in self.rack_of}
-        self.breaker = BreakerState()
-        # Per node: the GPU dict last seen and its keys in index order (see _gpus).
-        self._gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = {}
-        # The cap rung (policies/power_cap.py): None while [power_cap] is off.
-        self.caps: CapLadder | None = None
-        self.cap_decisions: list[CapDecision] = []  # the last evaluation's
+        self.tracker = Tracker(self.settings, self.racks, default_node=self.default_node)
+        self.states = {n: NodeState() for n in self.rack_of}
 
-    @property
-    def settings(self) -> PolicySettings:
-        """The settings in force."""
-        return self._settings
-
-    @settings.setter
-    def settings(self, new: PolicySettings) -> None:
-        old = self._settings
-        self._settings = new
+    def reconfigure(self, new: PolicySettings) -> None:
+        """Evaluate with ``new`` from now on (a reload); windows of another shape start afresh."""
+        old = self.settings
+        self.settings = new
         if any(getattr(old, f) != getattr(new, f) for f in _TRACKER_FIELDS):
             # Windows and fits of another shape: start them afresh; states stay.
-            self.tracker = Tracker(new, self.racks, default_node=self._default_node)
+            self.tracker = Tracker(new, self.racks, default_node=self.default_node)
         else:
             self.tracker.configure(new)
 
@@ -210,7 +207,7 @@ class Policy:
     ) -> dict[str, Outcome]:
         """Evaluate ``nodes`` (default: all) at monotonic ``now``."""
         o = overrides or Overrides()
-        s = self._settings
+        s = self.settings
         self.breaker = update_breaker(self.breaker, view, now, s, o)
         wanted = list(self.rack_of) if nodes is None else list(nodes)
         gpus = {n: self._gpus(n, now) for n in wanted}
@@ -249,7 +246,7 @@ class Policy:
         trackers = {n: self.tracker.nodes[n].gpus for n in wanted if n in self.tracker.nodes}
         references = {rk: self.tracker.rack[rk].reference(now) for rk in evidence}
         return caps.evaluate(
-            now, wall, gpus, trackers, self.rack_of, evidence, references, self._settings
+            now, wall, gpus, trackers, self.rack_of, evidence, references, self.settings
         )
 
     def _gpus(self, node: str, now: float) -> list[GpuView]:
@@ -263,7 +260,7 @@ class Policy:
         order = self._gpu_order.get(node)
         if order is None or order[0] is not by_index or len(order[1]) != len(by_index):
             order = self._gpu_order[node] = (by_index, sorted(by_index, key=gpu_order))
-        s = self._settings
+        s = self.settings
         return [assess_gpu(i, by_index[i], now, reference, s) for i in order[1]]
 
     def _node(
@@ -278,7 +275,7 @@ class Policy:
         view: ClusterView,
         o: Overrides,
     ) -> Outcome:
-        s = self._settings
+        s = self.settings
         state = self.states.get(node, NodeState())
         if state.awaiting_evidence and evidence_seen(state.domain, ev):
             state = replace(state, awaiting_evidence=False)

@@ -80,7 +80,7 @@ class PolicyEngine:
 
     @settings.setter
     def settings(self, new: PolicySettings) -> None:
-        self.policy.settings = new
+        self.policy.reconfigure(new)
         self.ledger.horizon_s = _ledger_horizon(new)
 
     @property

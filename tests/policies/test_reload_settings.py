@@ -44,7 +44,7 @@ def test_a_changed_confirm_window_reaches_the_gpus_already_tracked() -> None:
     reloaded, fresh, unchanged = Policy(old, RACKS), Policy(new, RACKS), Policy(old, RACKS)
     _feed(reloaded, range(41))
     kept = reloaded.tracker
-    reloaded.settings = new
+    reloaded.reconfigure(new)
     assert reloaded.tracker is kept  # not a field the windows are built with
     _feed(reloaded, range(41, 101))
     _feed(fresh, range(101))
@@ -63,7 +63,7 @@ def test_a_changed_staleness_reaches_the_racks_already_tracked() -> None:
     rack = policy.tracker.rack["r1"]
     at = old.rack_stale_after_s / 2
     assert rack.reference(at) == 30.0
-    policy.settings = dataclasses.replace(old, rack_stale_after_s=at / 2)
+    policy.reconfigure(dataclasses.replace(old, rack_stale_after_s=at / 2))
     assert policy.tracker.rack["r1"] is rack
     assert rack.reference(at) is None  # the same reading is stale now
 
@@ -73,5 +73,5 @@ def test_a_changed_margin_floor_starts_the_forecasters_afresh() -> None:
     policy = Policy(old, RACKS)
     _feed(policy, range(10))
     kept = policy.tracker
-    policy.settings = dataclasses.replace(old, critical_margin_c=old.critical_margin_c + 1.0)
+    policy.reconfigure(dataclasses.replace(old, critical_margin_c=old.critical_margin_c + 1.0))
     assert policy.tracker is not kept
