@@ -20,7 +20,7 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from adapters.sensors.power_limit import GpuLimit, PowerLimitError
@@ -244,18 +244,9 @@ def build_power_caps(
     if limiter is None:
         return None
     c = config.power_cap
-    ladder = CapLadder(
-        CapSettings(
-            cap_margin_c=c.cap_margin_c,
-            settle_s=c.settle_s,
-            healthy_after_s=c.healthy_after_s,
-            restore_step_w=c.restore_step_w,
-            restore_every_s=c.restore_every_s,
-            budget_w=c.budget_w,
-            storm_nodes=c.storm_nodes,
-            storm_window_s=c.storm_window_s,
-        )
-    )
+    # The ladder's numbers are the [power_cap] keys of the same names: read, not restated.
+    numbers = {f.name: getattr(c, f.name) for f in fields(CapSettings)}
+    ladder = CapLadder(CapSettings(**numbers))
     ladder.dry_run = c.effective_dry_run(config.policy.dry_run)
     engine.policy.caps = ladder
     caps = PowerCaps(engine.node, limiter, store, ladder)
