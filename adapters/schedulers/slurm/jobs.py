@@ -5,9 +5,10 @@
   read through one typed model (job_list.py): a job name or user text is
   a JSON string, never a field separator. A list that is cut (past
   JOB_LIST_LIMIT), late or malformed is an error: nothing is concluded from it.
-- Confirm: before a signal or a requeue, ``squeue -h -j ID -w NODE -t RUNNING
-  -o %A`` must print exactly that id: the job runs on this node now. Its output
-  holds no field a user writes.
+- Confirm: before a signal or a requeue, ``squeue -h -j ID -t RUNNING -o "%A %N"``
+  must print that id with a node list holding this node: the job runs here now.
+  Its output holds no field a user writes. No ``-w``: on 24.11 it costs slurmctld
+  a full node dump per call.
 - Notify: ``scancel --signal=USR1 --full JOB`` reaches the batch shell, its
   children and every step (``--batch``: the batch shell only; no flag: the steps only).
 - Requeue: ``scontrol requeue JOB`` -> PENDING (Reason=BeginTime), Restarts+1; a
