@@ -6,7 +6,8 @@
   and ``timeoutSeconds`` (5 to 10 min, as the reflector's ``minWatchTimeout``
   times 1 + rand). Every event, a ``BOOKMARK`` included, moves the version
   on; a stream that ends (its timeout) or breaks (a dropped connection, a
-  silent server) is watched again from the last version seen: no relist.
+  server silent for ``idle_s``) is watched again from the last version seen:
+  no relist.
 - 410 Gone (``too old resource version``: the version was compacted), as an
   ``ERROR`` event or as the watch's HTTP status: LIST again, after a backoff
   that doubles while it keeps happening.
@@ -111,6 +112,7 @@ class NodeWatch:
         watch_timeout_s: float = MIN_WATCH_TIMEOUT_S,
         backoff_s: tuple[float, float] = (0.8, 30.0),
         stale_s: float = 60.0,
+        idle_s: float = 120.0,
         line_limit: int = 4 << 20,
         rng: random.Random | None = None,
     ) -> None:
@@ -122,6 +124,9 @@ class NodeWatch:
         self._backoff = backoff_s
         self.line_limit = line_limit  # bytes of one event (a node is some KB)
         self.stale_s = stale_s  # a cache not watched for this long is not a read
+        # A stream silent this long is taken as gone (the API server's bookmarks come about
+        # once a minute; renewing a quiet watch from its version costs one request).
+        self.idle_s = idle_s
         self._rng = rng or random.Random()
         self.nodes: dict[str, ListedNode] = {}
         self.resource_version = ""
@@ -282,8 +287,7 @@ class NodeWatch:
         self.watches += 1
         taken = 0
         started = time.monotonic()
-        # A server that says nothing for longer than the stream's own timeout is gone.
-        async with self.client.stream(path, idle_timeout_s=timeout + 30.0) as resp:
+        async with self.client.stream(path, idle_timeout_s=self.idle_s) as resp:
             if resp.status == 410:
                 raise Expired(f"watch: HTTP 410: {_message(await resp.read())}")
             if resp.status != 200:

@@ -185,6 +185,17 @@ async def test_a_slow_api_server_is_no_read_until_it_answers(
     api.slow_s = 0.0
 
 
+async def test_a_stream_that_goes_silent_is_given_up_and_renewed_from_its_version(
+    api: FakeKubeApi, sink: KubernetesSink
+) -> None:
+    sink.watch.idle_s = 0.5  # no event, no bookmark for that long: a hung server
+    w = await following(sink)
+    await wait_until(lambda: w.watches >= 3, timeout=10, what="renewed after silence")
+    assert "Timeout" in w.last_error and (w.relists, w.lists) == (0, 1)
+    api.edit_node("gpu03", {"spec": {"unschedulable": True}})
+    await wait_until(lambda: w.nodes["gpu03"].view.drained, what="change after renewal")
+
+
 async def test_a_broken_watch_is_stale_after_stale_s(
     api: FakeKubeApi, sink: KubernetesSink
 ) -> None:
@@ -233,3 +244,77 @@ async def test_stopping_the_watch_drops_it_and_reads_are_paged_lists_again(
     before = api.node_lists
     assert names(await sink.list_nodes()) == set(NODES)
     assert api.node_lists == before + 3
+
+
+def gpu_node_status(api: FakeKubeApi, name: str, images: int) -> None:
+    """Fill a fake node as a kubelet and GPU feature discovery would (sizes, not meaning)."""
+    node = api.nodes[name]
+    node["metadata"]["labels"].update(
+        {f"nvidia.com/gpu.{k}": "x" * 12 for k in ("product", "memory", "count", "family")}
+        | {f"feature.node.kubernetes.io/cpu-{i}": "true" for i in range(12)}
+        | {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", RACK_LABEL: "rack-17"}
+    )
+    cond = {
+        "status": "False",
+        "lastHeartbeatTime": "2026-12-05T03:00:00Z",
+        "lastTransitionTime": "2026-11-01T00:00:00Z",
+        "reason": "KubeletHasSufficientMemory",
+        "message": "kubelet has sufficient memory available",
+    }
+    resources = {"cpu": "128", "memory": "2113464148Ki", "nvidia.com/gpu": "8", "pods": "110"}
+    node["status"] = {
+        "conditions": [{**cond, "type": t} for t in ("MemoryPressure", "DiskPressure", "PID",
+                                                      "Ready", "NetworkUnavailable")],
+        "addresses": [{"type": "InternalIP", "address": "10.1.2.3"},
+                      {"type": "Hostname", "address": name}],
+        "capacity": resources,
+        "allocatable": resources,
+        "nodeInfo": {k: "x" * 36 for k in ("machineID", "systemUUID", "bootID", "kernelVersion",
+                                           "osImage", "containerRuntimeVersion", "kubeletVersion")},
+        "images": [
+            {"names": [f"nvcr.io/nvidia/pytorch@sha256:{'a' * 64}", f"nvcr.io/x/img{i}:24.11"],
+             "sizeBytes": 9876543210}
+            for i in range(images)
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("images", [0, 10])
+async def test_watch_cost_measured_on_the_fakes_node_objects(images: int, token_file: Path) -> None:
+    """The sizes docs/fleet.md's Kubernetes cost table is computed from (``-s`` prints them)."""
+    api = FakeKubeApi()
+    for i in range(1000):
+        api.add_node(f"gpu{i:04d}")
+        gpu_node_status(api, f"gpu{i:04d}", images)
+    await api.start()
+    client = KubeClient(connection(api_url=api.url, token_file=token_file))
+    sink = KubernetesSink(client)
+    try:
+        w = sink.watch
+        w.follow(True)
+        await w.current()
+        await wait_until(lambda: w._watching_since is not None, what="watch open")
+        assert (w.pages, api.node_lists) == (2, 2)  # 1,000 nodes, limit=500
+        list_bytes = api.node_bytes
+        api.edit_node("gpu0007", {"metadata": {"annotations": {"x": "y"}}})
+        await wait_until(lambda: w.events == 1, what="event")
+        event = api.node_bytes - list_bytes
+        api.bookmark()
+        await wait_until(lambda: w.bookmarks == 1, what="bookmark")
+        mark = api.node_bytes - list_bytes - event
+    finally:
+        await sink.close()
+        await api.stop()
+    node = list_bytes / 1000
+    assert node * 0.9 < event < node * 1.2 + 200  # one event: one node object
+    rows = []
+    for n in (1000, 10000):
+        updates = n / 300  # each kubelet's status every nodeStatusReportFrequency (5 min)
+        rows.append(
+            f"N={n}: node {node:.0f} B, event {event} B, bookmark {mark} B | "
+            f"LIST every 10 s per agent {n / 10:.0f} req/s {n / 10 * n * node / 1e6:.0f} MB/s | "
+            f"budget LIST 0.5/s {0.5 * -(-n // 500):.1f} req/s {0.5 * n * node / 1e6:.1f} MB/s | "
+            f"one watch {1 / 450:.4f} req/s {(updates * event + mark / 60) / 1e3:.0f} kB/s | "
+            f"watch per agent {n / 450:.0f} req/s {n * updates * event / 1e6:.0f} MB/s"
+        )
+    print("\n" + "\n".join(rows))
