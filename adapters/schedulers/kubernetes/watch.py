@@ -9,8 +9,9 @@
   server silent for ``idle_s``) is watched again from the last version seen:
   no relist.
 - 410 Gone (``too old resource version``: the version was compacted), as an
-  ``ERROR`` event or as the watch's HTTP status: LIST again, after a backoff
-  that doubles while it keeps happening.
+  ``ERROR`` event or as the watch's HTTP status, or any other 4xx refusal of
+  the watch but 401, 403 and 429: LIST again, after a backoff that doubles
+  while it keeps happening.
 - Everything from the API server is hostile input: each line is decoded
   through the models below (msgspec). A line that does not decode, an
   object that is not a node, a name no node could have: counted in
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 MIN_WATCH_TIMEOUT_S = 300.0  # client-go reflector.go minWatchTimeout
+_RETRY = {401, 403, 429}  # the same watch again after the backoff: a LIST would not help
 # A node's name is a DNS-1123 subdomain (kubernetes ValidateNodeName).
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -96,7 +98,8 @@ class _VersionOnly(msgspec.Struct, frozen=True):
 
 
 class Expired(Exception):
-    """410 Gone: the version asked for is compacted; only a new LIST goes on from here."""
+    """Only a new LIST goes on from here: 410 Gone (the version asked for is compacted), or
+    the watch request refused outright (a version the server does not take)."""
 
 
 class NodeWatch:
@@ -288,8 +291,10 @@ class NodeWatch:
         taken = 0
         started = time.monotonic()
         async with self.client.stream(path, idle_timeout_s=self.idle_s) as resp:
-            if resp.status == 410:
-                raise Expired(f"watch: HTTP 410: {_message(await resp.read())}")
+            # As the reflector: a watch refused (not for auth, load or a server fault) is
+            # relisted, so a version the server will not take cannot wedge the watch.
+            if resp.status == 410 or (400 <= resp.status < 500 and resp.status not in _RETRY):
+                raise Expired(f"watch: HTTP {resp.status}: {_message(await resp.read())}")
             if resp.status != 200:
                 raise NodeReadError(
                     str(node_error("watch nodes", resp.status, _message(await resp.read())))

@@ -138,6 +138,21 @@ async def test_hostile_lines_are_counted_and_skipped_and_the_watch_goes_on(
     assert (w.watches, w.relists, w.lists) == (1, 0, 1)  # junk never ends the watch
 
 
+async def test_a_bookmark_with_a_version_the_server_refuses_ends_in_a_list_not_a_loop(
+    api: FakeKubeApi, sink: KubernetesSink
+) -> None:
+    w = await following(sink)
+    api.inject_watch_line(
+        b'{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "zz"}}}'
+    )
+    await wait_until(lambda: w.resource_version == "zz", what="hostile bookmark taken")
+    api.drop_watches()  # renewed from "zz": 400, so listed again
+    await wait_until(lambda: w.relists == 1 and w._watching_since is not None, what="relist")
+    assert "HTTP 400" in w.last_error and w.lists == 2
+    api.edit_node("gpu01", {"spec": {"unschedulable": True}})
+    await wait_until(lambda: w.nodes["gpu01"].view.drained, what="watching again")
+
+
 async def test_a_line_past_the_limit_ends_that_stream_and_the_watch_resumes_without_a_list(
     api: FakeKubeApi, sink: KubernetesSink
 ) -> None:
