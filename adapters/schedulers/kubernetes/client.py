@@ -170,14 +170,24 @@ class KubeClient:
             raise DeliveryError(f"kubernetes: {err}") from err
         return self._session, headers
 
-    async def get_bytes(self, path: str) -> tuple[int, bytes]:
-        """(HTTP status, the raw body) of a GET, for callers that decode it through a model."""
+    async def get_bytes(self, path: str, *, limit: int = 64 << 20) -> tuple[int, bytes]:
+        """(HTTP status, the raw body) of a GET, for callers that decode it through a model.
+
+        A body over ``limit`` bytes is refused (DeliveryError) before it is held whole.
+        """
         session, headers = self._begin()
         url = self._conn.api_url + path
         try:
             async with session.get(url, headers=headers, ssl=self._conn.ssl) as resp:
-                status = resp.status
-                return status, await resp.read() if status < 300 else await read_error_body(resp)
+                if resp.status >= 300:
+                    return resp.status, await read_error_body(resp)
+                body = bytearray()
+                async for chunk in resp.content.iter_any():
+                    body += chunk
+                    if len(body) > limit:
+                        resp.close()
+                        raise DeliveryError(f"kubernetes GET {url}: an answer over {limit} bytes")
+                return resp.status, bytes(body)
         except (aiohttp.ClientError, TimeoutError) as err:
             raise DeliveryError(f"kubernetes GET {url}: {type(err).__name__}: {err}") from err
 

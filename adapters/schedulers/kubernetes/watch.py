@@ -36,6 +36,7 @@ import msgspec
 
 from adapters.base import DeliveryError
 from adapters.schedulers.base import NodeReadError, NodeView
+from adapters.schedulers.bounded import read_error_body
 from adapters.schedulers.kubernetes.client import KubeClient, node_error
 from adapters.schedulers.kubernetes.listing import listed_kube
 from adapters.schedulers.listing import ListedNode
@@ -126,6 +127,7 @@ class NodeWatch:
         self.watch_timeout_s = watch_timeout_s
         self._backoff = backoff_s
         self.line_limit = line_limit  # bytes of one event (a node is some KB)
+        self.page_limit = 64 << 20  # bytes of one LIST page (500 nodes: a few MB)
         self.stale_s = stale_s  # a cache not watched for this long is not a read
         # A stream silent this long is taken as gone (the API server's bookmarks come about
         # once a minute; renewing a quiet watch from its version costs one request).
@@ -226,7 +228,9 @@ class NodeWatch:
             if token:
                 extra["continue"] = token
             try:
-                status, raw = await self.client.get_bytes(self._query(**extra))
+                status, raw = await self.client.get_bytes(
+                    self._query(**extra), limit=self.page_limit
+                )
             except DeliveryError as err:
                 raise NodeReadError(str(err), permanent=err.permanent) from err
             self.pages += 1
@@ -294,10 +298,14 @@ class NodeWatch:
             # As the reflector: a watch refused (not for auth, load or a server fault) is
             # relisted, so a version the server will not take cannot wedge the watch.
             if resp.status == 410 or (400 <= resp.status < 500 and resp.status not in _RETRY):
-                raise Expired(f"watch: HTTP {resp.status}: {_message(await resp.read())}")
+                raise Expired(f"watch: HTTP {resp.status}: {_message(await read_error_body(resp))}")
             if resp.status != 200:
                 raise NodeReadError(
-                    str(node_error("watch nodes", resp.status, _message(await resp.read())))
+                    str(
+                        node_error(
+                            "watch nodes", resp.status, _message(await read_error_body(resp))
+                        )
+                    )
                 )
             self._watching_since, self._lost_at = time.monotonic(), None
             # A broken stream (aiohttp's errors, a silent server) leaves as DeliveryError.

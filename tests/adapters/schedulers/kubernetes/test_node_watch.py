@@ -153,6 +153,17 @@ async def test_a_bookmark_with_a_version_the_server_refuses_ends_in_a_list_not_a
     await wait_until(lambda: w.nodes["gpu01"].view.drained, what="watching again")
 
 
+async def test_a_list_page_past_the_limit_is_no_read(
+    api: FakeKubeApi, sink: KubernetesSink
+) -> None:
+    api.edit_node("gpu01", {"metadata": {"annotations": {"big": "x" * 50_000}}})
+    sink.watch.page_limit = 20_000
+    with pytest.raises(NodeReadError, match="an answer over 20000 bytes"):
+        await sink.list_nodes()
+    sink.watch.page_limit = 64 << 20
+    assert names(await sink.list_nodes()) == set(NODES)
+
+
 async def test_a_line_past_the_limit_ends_that_stream_and_the_watch_resumes_without_a_list(
     api: FakeKubeApi, sink: KubernetesSink
 ) -> None:
