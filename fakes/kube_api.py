@@ -52,6 +52,36 @@ It enforces the semantics a careless client gets wrong:
   ``add_pod(daemonset=True)`` made (``daemonsets``), as ``kubectl drain`` reads
   them (kubectl ``pkg/drain/filters.go`` daemonSetFilter).
 
+Nodes are listed and watched as a client-go reflector needs (the Kubernetes
+API concepts page, "Efficient detection of changes", "Watch bookmarks",
+"Retrieving large results sets in chunks"):
+
+- ``GET /api/v1/nodes`` pages with ``limit`` and ``continue``; every page of
+  one list is served from the snapshot the first page was cut from, at its
+  ``metadata.resourceVersion`` (apiserver ``pkg/storage/etcd3/store.go``
+  GetList: the continue token carries the list's revision); a continue
+  token past ``expire_continue`` is 410 Expired, as for pods;
+- ``fieldSelector=metadata.name=NAME`` selects one node (every resource
+  serves ``metadata.name``: apiserver ``pkg/registry/generic`` ObjectMetaFieldsSet,
+  kubernetes ``pkg/registry/core/node/strategy.go`` NodeToSelectableFields);
+  another field is 400, as for pods;
+- ``?watch=1`` streams one JSON event per line (``ADDED``, ``MODIFIED``,
+  ``DELETED``, ``BOOKMARK``, ``ERROR``: apimachinery
+  ``pkg/apis/meta/v1/watch.go`` WatchEvent) of every change after
+  ``resourceVersion``; without one (or ``"0"``) it starts with a synthetic
+  ``ADDED`` per node ("Start at Most Recent" / "Any");
+- a ``resourceVersion`` older than the last ``compact()`` is an ``ERROR``
+  event carrying a 410 Expired Status, ``too old resource version: RV
+  (OLDEST)``, on an HTTP 200 stream (apiserver ``pkg/storage/cacher``
+  watch_cache.go getAllEventsSinceLocked, and cacher.go newErrWatcher);
+- ``allowWatchBookmarks=true`` lets ``bookmark()`` (and, with
+  ``bookmark_interval_s``, a timer, as the cacher's bookmarks once a minute do)
+  send a ``BOOKMARK`` holding only ``metadata.resourceVersion`` (KEP-956);
+- ``timeoutSeconds`` ends the stream cleanly (apiserver
+  ``pkg/endpoints/handlers/watch.go``); ``drop_watches()`` cuts every open
+  stream mid-way, ``inject_watch_line()`` writes raw bytes into them (a broken
+  proxy, a hostile server), ``slow_s`` delays every node list and watch.
+
 Fault controls: ``race_next_patch`` changes the node (adds a taint of its own)
 just before the next PATCH is applied, as another controller would;
 ``before_next_patch`` runs once, with the node's name, at the same point (a
@@ -61,6 +91,7 @@ test's own change, e.g. an operator relabelling the node); ``stop()`` then
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import re
@@ -213,7 +244,7 @@ def label_problem(key: str, value: Any) -> str:
 ACCOUNT = "system:serviceaccount:rackguard:rackguard"
 # Each route as RBAC sees it: (API group, verb, resource), as a ClusterRole grants it.
 RBAC = {
-    ("GET", "/api/v1/nodes"): ("", "list", "nodes"),
+    ("GET", "/api/v1/nodes"): ("", "list", "nodes"),  # "watch" with ?watch=1
     ("GET", "/api/v1/nodes/{name}"): ("", "get", "nodes"),
     ("PATCH", "/api/v1/nodes/{name}"): ("", "patch", "nodes"),
     ("PATCH", "/api/v1/nodes/{name}/status"): ("", "patch", "nodes/status"),
@@ -263,6 +294,34 @@ def _not_found(kind: str, name: str) -> web.Response:
 
 
 @dataclass
+class NodeWatcher:
+    """One open watch stream on nodes: its selector and its queue of lines to write."""
+
+    name: str  # "" = every node
+    bookmarks: bool
+    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)  # None: cut it
+
+
+def _line(kind: str, obj: Any) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj}) + b"\n"
+
+
+def _node_selector(query: Any) -> str | web.Response:
+    """The node name of ``fieldSelector=metadata.name=NAME`` ("" for none), or the 400."""
+    name = ""
+    for term in filter(None, str(query.get("fieldSelector", "")).split(",")):
+        label, _, value = term.partition("=")
+        if label != "metadata.name" or value.startswith("="):
+            return _status(
+                400,
+                "BadRequest",
+                f'"{label}" is not a known field selector: only "metadata.name"',
+            )
+        name = value
+    return name
+
+
+@dataclass
 class Budget:
     """A PodDisruptionBudget over pods carrying ``label``: how many may go now."""
 
@@ -295,6 +354,15 @@ class FakeKubeApi:
     deny_namespaces: dict[str, str] = field(default_factory=dict)  # admission webhook: ns -> why
     daemonsets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     node_reads: int = 0  # GET of one node: what steering's reads cost the API server
+    node_lists: int = 0  # GET /api/v1/nodes pages (each page one request)
+    node_watches: int = 0  # watch requests on nodes
+    node_bytes: int = 0  # bytes of node lists and watch events sent
+    node_history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    compacted: int = 0  # watches from before this resourceVersion are 410 Expired
+    watchers: list[NodeWatcher] = field(default_factory=list)
+    bookmark_interval_s: float = 0.0  # 0: bookmarks only when bookmark() is called
+    slow_s: float = 0.0  # every node list and watch answers this much later
+    _snapshots: dict[int, tuple[int, list[dict[str, Any]]]] = field(default_factory=dict)
     resource_version: int = 100
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -327,6 +395,7 @@ class FakeKubeApi:
             },
             "spec": spec,
         }
+        self._node_changed("ADDED", name)
 
     def add_pod(
         self,
@@ -400,6 +469,47 @@ class FakeKubeApi:
         node = merge_patch(self.nodes[name], patch)
         node["metadata"]["resourceVersion"] = self._bump()
         self.nodes[name] = node
+        self._node_changed("MODIFIED", name)
+
+    def remove_node(self, name: str) -> None:
+        """The node object is deleted (the node left the cluster)."""
+        node = self.nodes.pop(name)
+        node["metadata"]["resourceVersion"] = self._bump()
+        self._node_changed("DELETED", name, node)
+
+    def _node_changed(self, kind: str, name: str, obj: dict[str, Any] | None = None) -> None:
+        """Keep the event for later watches and send it to the open ones that select it."""
+        node = copy.deepcopy(obj if obj is not None else self.nodes[name])
+        self.node_history.append((int(node["metadata"]["resourceVersion"]), kind, node))
+        line = _line(kind, node)
+        for w in self.watchers:
+            if w.name in ("", name):
+                w.queue.put_nowait(line)
+
+    def compact(self) -> None:
+        """etcd compacted the history: every resourceVersion before now is too old to watch."""
+        self.compacted = self.resource_version
+        self.node_history.clear()
+
+    def bookmark(self) -> None:
+        """A BOOKMARK at the current resourceVersion to every watch that allowed bookmarks."""
+        for w in self.watchers:
+            if w.bookmarks:
+                w.queue.put_nowait(self._bookmark_line())
+
+    def _bookmark_line(self) -> bytes:
+        meta = {"resourceVersion": str(self.resource_version)}
+        return _line("BOOKMARK", {"kind": "Node", "apiVersion": "v1", "metadata": meta})
+
+    def drop_watches(self) -> None:
+        """Cut every open watch stream without its end (a proxy restart, a lost connection)."""
+        for w in self.watchers:
+            w.queue.put_nowait(None)
+
+    def inject_watch_line(self, raw: bytes) -> None:
+        """Write ``raw`` (and a newline) into every open watch stream."""
+        for w in self.watchers:
+            w.queue.put_nowait(raw.rstrip(b"\n") + b"\n")
 
     # ------------------------------------------------------------------ server
 
@@ -423,7 +533,10 @@ class FakeKubeApi:
         return self.url
 
     async def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving (open watch streams are cut first)."""
+        self.drop_watches()
+        while self.watchers:  # noqa: ASYNC110 (each handler removes itself as it ends)
+            await asyncio.sleep(0.01)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -434,7 +547,10 @@ class FakeKubeApi:
             return _status(401, "Unauthorized", "Unauthorized")
         route = request.match_info.route.resource
         if route is not None:
-            self.used.add(RBAC[(request.method, route.canonical)])
+            group, verb, resource = RBAC[(request.method, route.canonical)]
+            if verb == "list" and request.query.get("watch") in ("1", "true"):
+                verb = "watch"
+            self.used.add((group, verb, resource))
         resp: web.StreamResponse = await handler(request)
         return resp
 
@@ -442,8 +558,113 @@ class FakeKubeApi:
     def _json(body: Any, status: int = 200) -> web.Response:
         return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
-    async def _list_nodes(self, request: web.Request) -> web.Response:
-        return self._json({"kind": "NodeList", "items": list(self.nodes.values())})
+    def _expire_continue(self) -> web.Response | None:
+        """410 Expired for a continue token, while ``expire_continue`` says so."""
+        if self.expire_continue <= 0:
+            return None
+        self.expire_continue -= 1
+        return _status(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list"
+            " result. You can start a new list without the continue parameter.",
+        )
+
+    async def _list_nodes(self, request: web.Request) -> web.StreamResponse:
+        if self.slow_s:
+            await asyncio.sleep(self.slow_s)
+        name = _node_selector(request.query)
+        if isinstance(name, web.Response):
+            return name
+        if request.query.get("watch") in ("1", "true"):
+            return await self._watch_nodes(request, name)
+        self.node_lists += 1
+        token = request.query.get("continue", "")
+        if token:
+            if (expired := self._expire_continue()) is not None:
+                return expired
+            snap, _, offset = token.partition("-")
+            rv, items = self._snapshots[int(snap)]
+            start = int(offset)
+        else:
+            rv = self.resource_version
+            items = [copy.deepcopy(n) for k, n in sorted(self.nodes.items()) if name in ("", k)]
+            start = 0
+        limit = int(request.query.get("limit", "0") or 0)
+        end = start + limit if limit > 0 else len(items)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if end < len(items):
+            snap_id = int(token.partition("-")[0]) if token else next(self._names)
+            self._snapshots[snap_id] = (rv, items)
+            meta["continue"] = f"{snap_id}-{end}"
+            meta["remainingItemCount"] = len(items) - end
+        body = orjson.dumps(
+            {"kind": "NodeList", "apiVersion": "v1", "metadata": meta, "items": items[start:end]}
+        )
+        self.node_bytes += len(body)
+        return web.Response(body=body, content_type="application/json")
+
+    async def _watch_nodes(self, request: web.Request, name: str) -> web.StreamResponse:
+        self.node_watches += 1
+        q = request.query
+        since = q.get("resourceVersion", "")
+        timeout = float(q.get("timeoutSeconds", "0") or 0) or 1800.0  # minRequestTimeout
+        if not since.isdigit() and since:
+            return _status(400, "BadRequest", f'invalid resource version: "{since}"')
+        watcher = NodeWatcher(name, q.get("allowWatchBookmarks") in ("1", "true"))
+        if since not in ("", "0") and int(since) < self.compacted:
+            oldest = self.node_history[0][0] - 1 if self.node_history else self.compacted
+            expired = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {since} ({oldest})",
+                "reason": "Expired",
+                "code": 410,
+            }
+            watcher.queue.put_nowait(_line("ERROR", expired))
+            watcher.queue.put_nowait(b"")  # the end of the stream
+        elif since in ("", "0"):
+            for key, node in sorted(self.nodes.items()):
+                if name in ("", key):
+                    watcher.queue.put_nowait(_line("ADDED", node))
+        else:
+            for rv, kind, node in self.node_history:
+                if rv > int(since) and name in ("", node["metadata"]["name"]):
+                    watcher.queue.put_nowait(_line(kind, node))
+        self.watchers.append(watcher)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        next_mark = loop.time() + (self.bookmark_interval_s or timeout)
+        try:
+            while loop.time() < deadline:
+                if request.transport is None or request.transport.is_closing():
+                    return resp  # the client went away
+                try:
+                    line = await asyncio.wait_for(watcher.queue.get(), 0.1)
+                except TimeoutError:
+                    if not (self.bookmark_interval_s and watcher.bookmarks):
+                        continue
+                    if loop.time() < next_mark:
+                        continue
+                    next_mark = loop.time() + self.bookmark_interval_s
+                    line = self._bookmark_line()
+                if line is None:  # cut: no chunked terminator, the client sees it broken
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp
+                if not line:
+                    break
+                self.node_bytes += len(line)
+                await resp.write(line)
+        finally:
+            self.watchers.remove(watcher)
+        await resp.write_eof()
+        return resp
 
     async def _get_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -503,6 +724,7 @@ class FakeKubeApi:
                 )
         patched["metadata"]["resourceVersion"] = self._bump()
         self.nodes[name] = patched
+        self._node_changed("MODIFIED", name)
         return self._json(patched)
 
     async def _patch_node_status(self, request: web.Request) -> web.Response:
@@ -534,6 +756,7 @@ class FakeKubeApi:
                 status[key] = merge_patch(status.get(key), value)
         node["status"] = status
         node["metadata"]["resourceVersion"] = self._bump()
+        self._node_changed("MODIFIED", name)
         return self._json(node)
 
     async def _list_pods(self, request: web.Request) -> web.Response:
@@ -553,14 +776,8 @@ class FakeKubeApi:
         start = 0
         token = request.query.get("continue", "")
         if token:
-            if self.expire_continue > 0:
-                self.expire_continue -= 1
-                return _status(
-                    410,
-                    "Expired",
-                    "The provided continue parameter is too old to display a consistent list"
-                    " result. You can start a new list without the continue parameter.",
-                )
+            if (expired := self._expire_continue()) is not None:
+                return expired
             start = int(token.removeprefix("offset-"))
         limit = int(request.query.get("limit", "0") or 0)
         end = start + limit if limit > 0 else len(items)

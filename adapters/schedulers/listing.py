@@ -30,3 +30,11 @@ class NodeLister(Protocol):
 
     async def list_nodes(self) -> list[ListedNode]:
         """All nodes; raises NodeReadError when the scheduler cannot be read."""
+
+
+@runtime_checkable
+class FollowingLister(NodeLister, Protocol):
+    """A lister that can keep the list by watch: ``follow(True)`` while this agent reads for all."""
+
+    def follow(self, on: bool) -> None:
+        """Start (True) or stop (False) keeping the list current; reads stay ``list_nodes``."""

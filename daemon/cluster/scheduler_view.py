@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from adapters.schedulers.base import NodeReadError
-from adapters.schedulers.listing import ListedNode, NodeLister
+from adapters.schedulers.listing import FollowingLister, ListedNode, NodeLister
 from daemon.cluster.shared_view import SharedView
 from daemon.poller import Health, Poller
 from policies.model import Action
@@ -184,6 +184,7 @@ class SchedulerView:
             return  # etcd not tried yet: its view, not a read of our own, comes first
         if shared is not None and shared.active:
             reading = await shared.elect()
+            self._follow(reading)
             if not reading:
                 pub = shared.latest(now, time.time())
                 if pub is not None and pub.age_s <= self._stale_s():
@@ -204,6 +205,7 @@ class SchedulerView:
                 self._waiting = now if self._waiting is None else self._waiting
                 if now - self._waiting < self._stale_s():
                     return
+        self._follow(reading)
         if reading and self._due - now > self.interval_s:
             self._due = now  # just elected: read now, not on a follower's budget
         if now < self._due:
@@ -219,6 +221,12 @@ class SchedulerView:
         if not reading:  # the budget for the size just read
             self._due = now + self.budget_interval() * self._rng.uniform(0.9, 1.1)
 
+    def _follow(self, reading: bool) -> None:
+        """Only the cluster's one reader keeps a watch (Kubernetes): a watch per agent would
+        send every node's every change to every agent (docs/fleet.md)."""
+        if isinstance(self.lister, FollowingLister):
+            self.lister.follow(reading)
+
     def _stale_s(self) -> float:
         """A published view older than this is not taken (its reader is stuck)."""
         lease = self.shared.agent.lease_ttl_s if self.shared is not None else 0
@@ -231,7 +239,8 @@ class SchedulerView:
             self._last_error = str(err)
             raise
         self._last_error = ""
-        self.reads += 1
+        if publish is None or not isinstance(self.lister, FollowingLister):
+            self.reads += 1  # the reader's watch is no read of the scheduler
         self.read_at = time.monotonic()
         wall = time.time()
         racks, out = self._digest(nodes, self.read_at, wall)

@@ -7,9 +7,10 @@ reader, one timeout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,15 +158,7 @@ class KubeClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-    ) -> tuple[int, Any]:
-        """(HTTP status, the parsed body); raises DeliveryError when the server is not reached."""
+    def _begin(self) -> tuple[aiohttp.ClientSession, dict[str, str]]:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         try:
@@ -175,13 +168,67 @@ class KubeClient:
             }
         except KubeAuthError as err:
             raise DeliveryError(f"kubernetes: {err}") from err
+        return self._session, headers
+
+    async def get_bytes(self, path: str, *, limit: int = 64 << 20) -> tuple[int, bytes]:
+        """(HTTP status, the raw body) of a GET, for callers that decode it through a model.
+
+        A body over ``limit`` bytes is refused (DeliveryError) before it is held whole.
+        """
+        session, headers = self._begin()
+        url = self._conn.api_url + path
+        try:
+            async with session.get(url, headers=headers, ssl=self._conn.ssl) as resp:
+                if resp.status >= 300:
+                    return resp.status, await read_error_body(resp)
+                body = bytearray()
+                async for chunk in resp.content.iter_any():
+                    body += chunk
+                    if len(body) > limit:
+                        resp.close()
+                        raise DeliveryError(f"kubernetes GET {url}: an answer over {limit} bytes")
+                return resp.status, bytes(body)
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise DeliveryError(f"kubernetes GET {url}: {type(err).__name__}: {err}") from err
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, path: str, *, idle_timeout_s: float
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A long GET (a watch): no total timeout, at most ``idle_timeout_s`` of silence.
+
+        DeliveryError when it cannot be opened or breaks.
+        """
+        session, headers = self._begin()
+        url = self._conn.api_url + path
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._timeout.total, sock_read=idle_timeout_s
+        )
+        try:
+            async with session.get(
+                url, headers=headers, ssl=self._conn.ssl, timeout=timeout
+            ) as resp:
+                yield resp
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise DeliveryError(f"kubernetes GET {url}: {type(err).__name__}: {err}") from err
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """(HTTP status, the parsed body); raises DeliveryError when the server is not reached."""
+        session, headers = self._begin()
         data = None
         if body is not None:
             data = orjson.dumps(body)
             headers["Content-Type"] = content_type
         url = self._conn.api_url + path
         try:
-            async with self._session.request(
+            async with session.request(
                 method, url, data=data, headers=headers, ssl=self._conn.ssl
             ) as resp:
                 status = resp.status
@@ -216,8 +263,8 @@ def node_error(what: str, status: int, body: Any) -> DeliveryError:
     message = api_message(body)
     if status == 403:
         return DeliveryError(
-            f"{what}: HTTP 403 Forbidden: {message} (the account needs get, list and"
-            " patch on nodes and create on events; see the shipped ClusterRole)",
+            f"{what}: HTTP 403 Forbidden: {message} (the account needs get, list, watch"
+            " and patch on nodes and create on events; see the shipped ClusterRole)",
             permanent=True,
             reason="auth",
         )

@@ -38,7 +38,7 @@ from urllib.parse import quote
 from adapters.base import DeliveryError
 from adapters.schedulers.base import EXCLUDE_STATE_DEFAULT, ExcludeState, NodeReadError, NodeView
 from adapters.schedulers.kubernetes.client import JSON_PATCH, KubeClient, node_error
-from adapters.schedulers.kubernetes.listing import listed_kube
+from adapters.schedulers.kubernetes.watch import NodeWatch
 from adapters.schedulers.listing import ListedNode
 from policies.model import Action, Decision
 from policies.safety import scheduler_reason
@@ -105,6 +105,7 @@ class KubernetesSink:
         self._retries = conflict_retries
         self._event_ns = event_namespace
         self.conflicts = 0  # resourceVersion races lost and retried
+        self.watch = NodeWatch(client, self._view)
 
     # ------------------------------------------------------------------ reads
 
@@ -132,16 +133,16 @@ class KubernetesSink:
             detail="+".join(words) or "Schedulable",
         )
 
+    def follow(self, on: bool) -> None:
+        """Keep the node list by one watch (the cluster's reader) or read it when asked."""
+        self.watch.follow(on)
+
     async def list_nodes(self) -> list[ListedNode]:
-        """Every node in one read of the node list, with its rack label."""
-        try:
-            status, body = await self._call("GET", "/api/v1/nodes")
-            if status != 200 or not isinstance(body, dict):
-                raise node_error("list nodes", status, body)
-        except DeliveryError as err:
-            raise NodeReadError(str(err), permanent=err.permanent) from err
-        items = [n for n in body.get("items") or [] if isinstance(n, dict)]
-        return [listed_kube(n, self._view(n)) for n in items]
+        """Every node with its rack label: the watch's list, or one paged LIST."""
+        if self.watch.following:
+            return await self.watch.current()
+        nodes, _ = await self.watch.list_all()
+        return list(nodes.values())
 
     async def read_state(self, nodes: Sequence[str]) -> dict[str, NodeView]:
         """Each node's cordon, our taint and reason; a missing node has exists=False."""
@@ -302,5 +303,6 @@ class KubernetesSink:
             log.debug("%s: event not recorded: HTTP %d %s", decision.node, status, body)
 
     async def close(self) -> None:
-        """Close the HTTP session."""
+        """Stop the watch, close the HTTP session."""
+        await self.watch.stop()
         await self.client.close()

@@ -440,6 +440,9 @@ async def test_the_shipped_cluster_role_grants_what_the_sink_and_notices_use_and
             await sink.deliver(decision("node-a", Action.DRAIN))
             await sink.read_state(["node-a"])
             await sink.list_nodes()
+            sink.follow(True)  # the cluster's view reader: list, then watch
+            await sink.list_nodes()
+            await wait_until(lambda: ("", "watch", "nodes") in api.used, what="watch")
             await applied(r, Action.DRAIN)
             clock.now = T0 + 600.0
             await wait_until(r.closed)
