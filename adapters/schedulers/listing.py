@@ -9,6 +9,7 @@ without one take their rack from the config.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -38,3 +39,7 @@ class FollowingLister(NodeLister, Protocol):
 
     def follow(self, on: bool) -> None:
         """Start (True) or stop (False) keeping the list current; reads stay ``list_nodes``."""
+
+    def watch_counts(self) -> Mapping[str, int]:
+        """Requests and events so far, by kind (lists, pages, watches, relists, bookmarks,
+        events, malformed): what the watch cost the API server and what it refused."""

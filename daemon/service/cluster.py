@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from adapters.schedulers.listing import NodeLister
+from adapters.schedulers.listing import FollowingLister, NodeLister
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd_connect import etcd_client
 from daemon.cluster.fleet import Fleet
@@ -129,6 +129,17 @@ class FleetCollector:
                 "Full node reads of the scheduler made by this agent (the cluster view).",
                 value=f.scheduler.reads,
             )
+            if isinstance(f.scheduler.lister, FollowingLister):
+                watch = CounterMetricFamily(
+                    "rackguard_cluster_node_watch",
+                    "The node watch (Kubernetes, the elected reader only): LIST pages, watch"
+                    " requests, relists after 410, bookmarks, events taken and lines that did"
+                    " not decode (skipped), by kind.",
+                    labels=["kind"],
+                )
+                for kind, n in sorted(f.scheduler.lister.watch_counts().items()):
+                    watch.add_metric([kind], n)
+                yield watch
             if f.scheduler.shared is not None:
                 yield CounterMetricFamily(
                     "rackguard_cluster_view_rejected",

@@ -137,6 +137,19 @@ class KubernetesSink:
         """Keep the node list by one watch (the cluster's reader) or read it when asked."""
         self.watch.follow(on)
 
+    def watch_counts(self) -> Mapping[str, int]:
+        """The watch's requests and events so far, by kind."""
+        w = self.watch
+        return {
+            "lists": w.lists,
+            "pages": w.pages,
+            "watches": w.watches,
+            "relists": w.relists,
+            "bookmarks": w.bookmarks,
+            "events": w.events,
+            "malformed": w.malformed,
+        }
+
     async def list_nodes(self) -> list[ListedNode]:
         """Every node with its rack label: the watch's list, or one paged LIST."""
         if self.watch.following:

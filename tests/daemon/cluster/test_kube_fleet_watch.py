@@ -16,11 +16,14 @@ from adapters.schedulers.kubernetes.listing import RACK_LABEL
 from adapters.schedulers.kubernetes.sink import KubernetesSink
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdClient
+from daemon.cluster.fleet import Fleet
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.cluster.shared_view import SharedView
+from daemon.service.cluster import FleetCollector
 from fakes.etcd_server import EtcdServer
 from fakes.kube_api import FakeKubeApi
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from policies.settings import PolicySettings
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
@@ -77,6 +80,17 @@ async def kube(etcd_server: EtcdServer, prefix: str, tmp_path: Path) -> AsyncIte
     await api.stop()
 
 
+def metric_counts(view: SchedulerView) -> dict[str, float]:
+    """rackguard_cluster_node_watch by kind, as a scrape of this agent would read it."""
+    collector = FleetCollector(Fleet("n", "r1", PolicySettings, scheduler=view))
+    return {
+        s.labels["kind"]: s.value
+        for m in collector.collect()
+        if m.name == "rackguard_cluster_node_watch"
+        for s in m.samples
+    }
+
+
 def reading(v: SchedulerView) -> bool:
     return v.shared is not None and v.shared.reading
 
@@ -107,6 +121,11 @@ async def test_one_watch_for_the_cluster_and_a_taint_seen_by_all_within_the_inte
     await asyncio.sleep(5 * INTERVAL)  # many intervals: still no LIST, still one watch
     assert (api.node_lists, api.node_watches, len(api.watchers)) == (lists, watches, 1)
     assert all(v.reads == 0 for v in views)  # nobody LISTs on a cadence
+    # The reader's metrics count what the API server served it, followers' count nothing.
+    counts = [metric_counts(v) for v in views]
+    assert counts[views.index(reader)]["watches"] == watches >= 1
+    assert counts[views.index(reader)]["events"] >= 1  # the drain's taint came as an event
+    assert all(c["watches"] == 0 for i, c in enumerate(counts) if views[i] is not reader)
 
 
 async def test_a_dead_reader_s_successor_opens_its_own_watch(kube: Kube) -> None:
