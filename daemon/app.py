@@ -38,6 +38,7 @@ from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_backend, build_job_notices
 from daemon.http.api import ApiContext, make_app
 from daemon.http.cap_ladder_metrics import CapLadderCollector
+from daemon.http.charts import ChartHistory
 from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
@@ -102,6 +103,7 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.store = StateStore()
         self.throttle = ThrottleClock()
+        self.history = ChartHistory()
         self.recorder = (
             TraceRecorder(
                 Path(config.policy.record_trace),
@@ -177,6 +179,7 @@ class Daemon:
             cluster=lambda: self.fleet.status() if self.fleet is not None else None,
             notices=self.notices,
             throttle=self.throttle,
+            history=self.history,
         )
         self.metrics = Metrics(self.view)
         lister = self.backend.lister() if self.backend is not None else None
@@ -263,6 +266,7 @@ class Daemon:
     def _on_readings(self, source: str, readings: Sequence[Reading]) -> None:
         self.store.update(source, readings)
         self.throttle.observe(readings)
+        self.history.observe(readings)
         if self.leader is not None:
             self.leader.on_readings(source, readings)
         if self.recorder is not None:
