@@ -25,14 +25,22 @@ async function getJson(path) {
   return resp.json();
 }
 
+// A GPU NVML has lost is not a sensor question ("unknown"): it is gone until reset.
+const LOST = /NVML_ERROR_GPU_IS_LOST/;
+const LOST_WORDS =
+  "GPU lost: NVML cannot reach it (NVML_ERROR_GPU_IS_LOST), as after it overheated to" +
+  " shutdown or fell off the bus; it needs a reset or a reboot";
+
 function renderGpus(gpus) {
   const body = $("gpus").tBodies[0];
   body.replaceChildren();
   for (const g of gpus) {
     const row = body.insertRow();
     const index = g.subject.replace(/^gpu/, "");
+    const lost = g.condition === "unknown" && LOST.test(g.detail || "");
+    const condition = lost ? "lost" : g.condition;
     row.dataset.gpu = index;
-    row.dataset.condition = g.condition;
+    row.dataset.condition = condition;
     const margin = g.value !== null && g.threshold !== null ? g.threshold - g.value : null;
     cell(row, g.subject);
     cell(row, `${fmt(g.value)} °C`);
@@ -46,13 +54,12 @@ function renderGpus(gpus) {
     const trend = g.trend_per_min;
     cell(row, trend === null ? "–" : `${trend > 0 ? "+" : ""}${fmt(trend, 2)} °C/min`);
     cell(row, duration(g.time_to_threshold_s));
-    const c = cell(row, g.condition);
-    c.innerHTML = "";
+    const c = cell(row, "");
     const span = document.createElement("span");
     span.className = "cond";
-    span.textContent = g.condition;
+    span.textContent = condition;
     c.append(span);
-    cell(row, g.detail, "detail");
+    cell(row, lost ? LOST_WORDS : g.detail, "detail");
   }
 }
 

@@ -143,6 +143,26 @@ async def test_the_page_shows_a_drain_the_scheduler_never_got(
             )
 
 
+async def test_the_page_says_a_lost_gpu_is_lost_not_unknown(
+    receiver: FakeWebhookScheduler, secret_file: Path, tmp_path: Path
+) -> None:
+    nvml = fake_node()
+    async with running_daemon(nvml, receiver, secret_file) as daemon:
+        url = f"http://127.0.0.1:{daemon.api_port}/"
+        async with chromium_page(url, tmp_path / "profile") as page:
+            await wait_until(lambda: daemon.events.subscriber_count > 0, what="the page's stream")
+            nvml.gpus[2].lost = True
+            row = '#gpus tr[data-gpu="2"]'
+            await page.wait_for(f"document.querySelector('{row}').dataset.condition === 'lost'")
+            text = await page.evaluate(f"document.querySelector('{row}').innerText")
+            assert "GPU lost: NVML cannot reach it (NVML_ERROR_GPU_IS_LOST)" in text
+            assert "reset or a reboot" in text and "temperature bad" not in text
+            other = await page.evaluate(
+                "document.querySelector('#gpus tr[data-gpu=\"1\"]').innerText"
+            )
+            assert "lost" not in other
+
+
 async def _chromium_cli(*args: str, size: str = "1280,900") -> bytes:
     """Plain headless Chromium, as FIELD-NOTES.md runs it: no DevTools, no waiting flags."""
     proc = await asyncio.create_subprocess_exec(
