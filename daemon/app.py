@@ -146,7 +146,10 @@ class Daemon:
         self.reconciler: Reconciler | None = None
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
             self.reconciler = Reconciler(
-                self.decisions, sink, interval_s=sched.reconcile_interval_s
+                self.decisions,
+                sink,
+                interval_s=sched.reconcile_interval_s,
+                on_read=self.deliverer.note_read_back,
             )
         self.engine = PolicyEngine(
             config.node.name,
