@@ -38,6 +38,7 @@ from daemon.delivery.reconcile import Reconciler
 from daemon.delivery.sinks import build_backend, build_job_notices
 from daemon.http.api import ApiContext, make_app
 from daemon.http.cap_ladder_metrics import CapLadderCollector
+from daemon.http.charts import ChartHistory
 from daemon.http.events import EventHub, delivery_event
 from daemon.http.metrics import Metrics
 from daemon.http.notice import Notice
@@ -102,6 +103,7 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.store = StateStore()
         self.throttle = ThrottleClock()
+        self.history = ChartHistory()
         self.recorder = (
             TraceRecorder(
                 Path(config.policy.record_trace),
@@ -144,7 +146,10 @@ class Daemon:
         self.reconciler: Reconciler | None = None
         if sched is not None and sched.reconcile_interval_s > 0 and isinstance(sink, ReadableSink):
             self.reconciler = Reconciler(
-                self.decisions, sink, interval_s=sched.reconcile_interval_s
+                self.decisions,
+                sink,
+                interval_s=sched.reconcile_interval_s,
+                on_read=self.deliverer.note_read_back,
             )
         self.engine = PolicyEngine(
             config.node.name,
@@ -177,6 +182,7 @@ class Daemon:
             cluster=lambda: self.fleet.status() if self.fleet is not None else None,
             notices=self.notices,
             throttle=self.throttle,
+            history=self.history,
         )
         self.metrics = Metrics(self.view)
         lister = self.backend.lister() if self.backend is not None else None
@@ -263,6 +269,7 @@ class Daemon:
     def _on_readings(self, source: str, readings: Sequence[Reading]) -> None:
         self.store.update(source, readings)
         self.throttle.observe(readings)
+        self.history.observe(readings)
         if self.leader is not None:
             self.leader.on_readings(source, readings)
         if self.recorder is not None:

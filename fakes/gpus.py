@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# NVML_PERF_POLICY_POWER (0) and _THERMAL (1) -> the nvmlClocksEventReason* bits whose
+# time they count: the power cap and power brake; the software and hardware thermal slowdown.
+VIOLATION_POLICY_BITS: dict[int, int] = {0: 0x004 | 0x080, 1: 0x020 | 0x040}
+
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
@@ -67,6 +71,11 @@ class FakeGpu:
     # A limit from outside the power-management limit (a BMC, an out-of-band cap).
     external_limit_w: float | None = None
     clock_event_reasons: int = 0
+    # nvmlDeviceGetViolationStatus counters in ns, by NVML_PERF_POLICY_*: the fake NVML
+    # adds the time the matching clock-event bits were set (see advance_violations);
+    # a test may also write them, to reset or corrupt a counter.
+    violation_ns: dict[int, int] = field(default_factory=dict)
+    violation_seen: tuple[float, int] | None = None  # (monotonic s, bits) last advanced
     # Fault controls. `errors` maps a pynvml function name (e.g.
     # "nvmlDeviceGetTemperature") to the NVML_ERROR_* code it raises;
     # `lost` makes every call raise GPU_IS_LOST; `delay_s` makes every call slow.
@@ -79,6 +88,17 @@ class FakeGpu:
             self.requested_limit_w = self.model.power_limit_w
         if self.power_limit_w <= 0:
             self.power_limit_w = self.enforced_limit_w()
+
+    def advance_violations(self, now: float) -> None:
+        """Add the seconds since the last call to each policy whose bits were set then."""
+        seen, self.violation_seen = self.violation_seen, (now, self.clock_event_reasons)
+        if seen is None:
+            return
+        since, bits = seen
+        step = max(0, round((now - since) * 1e9))
+        for policy, mask in VIOLATION_POLICY_BITS.items():
+            if bits & mask:
+                self.violation_ns[policy] = self.violation_ns.get(policy, 0) + step
 
     def follow_enforced(self, watts: float) -> None:
         """Take the enforced limit a simulator reports; one it changed is the new

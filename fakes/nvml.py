@@ -19,6 +19,20 @@ import pynvml
 from fakes.gpus import H100_SXM, FakeGpu, GpuModel, make_gpus
 
 _UINT_MASK = 0xFFFFFFFF  # NVML returns unsigned ints: a negative value wraps like in C
+_ULL_MASK = 0xFFFFFFFFFFFFFFFF
+# The nvmlPerfPolicyType_t values NVML defines (6..9 are unused).
+_PERF_POLICIES = frozenset(
+    {
+        pynvml.NVML_PERF_POLICY_POWER,
+        pynvml.NVML_PERF_POLICY_THERMAL,
+        pynvml.NVML_PERF_POLICY_SYNC_BOOST,
+        pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
+        pynvml.NVML_PERF_POLICY_LOW_UTILIZATION,
+        pynvml.NVML_PERF_POLICY_RELIABILITY,
+        pynvml.NVML_PERF_POLICY_TOTAL_APP_CLOCKS,
+        pynvml.NVML_PERF_POLICY_TOTAL_BASE_CLOCKS,
+    }
+)
 
 
 def field_error_key(field_id: int) -> str:
@@ -50,7 +64,9 @@ class FakeNvml:
     """The pynvml functions rackguard uses, over a list of FakeGpu.
 
     Faults per GPU: ``errors[fn_name] = code`` raises on that function,
-    ``errors[field_error_key(id)] = code`` fails one field, ``lost`` raises GPU_IS_LOST
+    ``errors[field_error_key(id)] = code`` fails one field (``errors[
+    "nvmlDeviceGetViolationStatus"] = NVML_ERROR_NOT_SUPPORTED`` is a GPU without
+    violation counters, like many non-datacenter boards), ``lost`` raises GPU_IS_LOST
     on every per-device call, ``delay_s`` sleeps (blocking) in each such call.
     ``calls`` counts calls per function and ``thread_ids`` records the calling threads.
 
@@ -262,6 +278,18 @@ class FakeNvml:
         gpu = self._device("nvmlDeviceGetCurrentClocksEventReasons", handle)
         return gpu.clock_event_reasons
 
+    def nvmlDeviceGetViolationStatus(self, device: Any, perfPolicyType: int) -> Any:
+        """A c_nvmlViolationTime_t: violationTime in ns since the driver loaded,
+        referenceTime the CPU time in microseconds; INVALID_ARGUMENT for an unknown policy.
+        """
+        gpu = self._device("nvmlDeviceGetViolationStatus", device)
+        if perfPolicyType not in _PERF_POLICIES:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        status = pynvml.c_nvmlViolationTime_t()
+        status.referenceTime = int(time.time() * 1e6)
+        status.violationTime = gpu.violation_ns.get(perfPolicyType, 0) & _ULL_MASK
+        return status
+
     # --- plumbing ---------------------------------------------------------------------
 
     def _enter(self, name: str, *, need_init: bool = True) -> None:
@@ -276,8 +304,10 @@ class FakeNvml:
         self._enter(name)
         if not isinstance(handle, FakeHandle) or handle.owner is not self:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        self._fault(name, handle.gpu)
-        return handle.gpu
+        gpu = handle.gpu
+        gpu.advance_violations(time.monotonic())
+        self._fault(name, gpu)
+        return gpu
 
     @staticmethod
     def _fault(name: str, gpu: FakeGpu) -> None:
@@ -316,6 +346,7 @@ FUNCTIONS: tuple[str, ...] = (
     "nvmlDeviceSetPowerManagementLimit",
     "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetViolationStatus",
 )
 """Every pynvml function the fake implements."""
 

@@ -36,6 +36,7 @@ class SensorKind(enum.StrEnum):
     GPU_POWER = "gpu_power"
     GPU_POWER_LIMIT = "gpu_power_limit"
     GPU_CLOCK_EVENT_REASONS = "gpu_clock_event_reasons"
+    GPU_THERMAL_VIOLATION = "gpu_thermal_violation"  # NVML's cumulative thermal-throttle time
     INLET_TEMPERATURE = "inlet_temperature"  # rack inlet air; label "probe" names the height
     AIR_TEMPERATURE = "air_temperature"  # other air temperatures (cooling unit in/out, ...)
     TEMPERATURE = "temperature"  # a device temperature of no more specific kind

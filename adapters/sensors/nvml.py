@@ -1,4 +1,5 @@
-"""NVML adapter: per-GPU temperatures, thermal thresholds, power and clock-event reasons.
+"""NVML adapter: per-GPU temperatures, thermal thresholds, power, clock-event reasons and
+the thermal violation counter.
 
 Every NVML call goes through ``binding.<function>`` (the pynvml module, or the fake
 in fakes/nvml.py) and runs on one DedicatedThread, so a hung driver never blocks the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import time
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -20,8 +22,10 @@ from adapters.blocking import DedicatedThread
 from adapters.errors import SourceMismatch, SourceSetupError, SourceUnavailable
 from policies.model import Quality, Reading, SensorKind
 
-# Slots of the eight readings each GPU yields, in output order.
-_TEMP, _MEM, _SLOWDOWN, _SHUTDOWN, _MAX_OP, _POWER, _LIMIT, _CLOCK = range(8)
+log = logging.getLogger(__name__)
+
+# Slots of the readings each GPU yields, in output order (the last only where supported).
+_TEMP, _MEM, _SLOWDOWN, _SHUTDOWN, _MAX_OP, _POWER, _LIMIT, _CLOCK, _THERMAL_VIOLATION = range(9)
 
 # (sensor id suffix, kind, unit, lowest sane value, highest sane value) per slot.
 _SENSORS: tuple[tuple[str, SensorKind, str, float, float], ...] = (
@@ -34,7 +38,15 @@ _SENSORS: tuple[tuple[str, SensorKind, str, float, float], ...] = (
     ("power", SensorKind.GPU_POWER, "watts", 0.0, 10_000.0),
     ("power_limit", SensorKind.GPU_POWER_LIMIT, "watts", 0.0, 10_000.0),
     ("clock_event_reasons", SensorKind.GPU_CLOCK_EVENT_REASONS, "bitmask", 0.0, 2.0**64),
+    # nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_THERMAL): cumulative ns, as seconds.
+    ("thermal_violation", SensorKind.GPU_THERMAL_VIOLATION, "seconds", 0.0, 2.0**64 / 1e9),
 )
+
+# How far the violation counter may run ahead of our own clock between two polls: the
+# driver updates it on its own tick, so its interval and ours need not line up exactly.
+VIOLATION_SKEW_S = 0.5
+# Errors meaning this GPU has no violation counter: stop asking, count from clock reasons.
+_NO_VIOLATION_COUNTER = frozenset({"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND"})
 
 # nvmlClocksEventReason* bits (NVML ABI, identical to the older ClocksThrottleReason*).
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -120,6 +132,20 @@ def decode_clock_event_reasons(mask: int) -> str:
     return ",".join(names)
 
 
+def _violation_step(previous: tuple[float, int], mono: float, ns: int) -> _Failure | None:
+    """Why a violation counter's step from ``previous`` cannot be true, or None."""
+    since, before = previous
+    step_s = (ns - before) / 1e9
+    if step_s < 0:
+        return _Failure("", f"violation counter went backwards by {-step_s:.3f} s (reset?)")
+    elapsed = mono - since
+    if step_s > elapsed + VIOLATION_SKEW_S:
+        return _Failure(
+            "", f"violation counter advanced {step_s:.3f} s in {elapsed:.3f} s of wall time"
+        )
+    return None
+
+
 def _text(raw: object) -> str:
     """NVML strings as str: older pynvml returns bytes."""
     if isinstance(raw, bytes):
@@ -154,6 +180,8 @@ class _NvmlGpu:
     fault: str = "not set up"  # why there is no handle; "" once set up
     thresholds: dict[int, float | _Failure] = field(default_factory=dict)
     clock_labels: dict[int, Mapping[str, str]] = field(default_factory=dict)
+    has_violation_counter: bool = True  # False after NOT_SUPPORTED, until reconnect
+    last_violation: tuple[float, int] | None = None  # (mono, violationTime ns) last read
 
     @classmethod
     def new(cls, index: int) -> _NvmlGpu:
@@ -222,6 +250,8 @@ class NvmlAdapter:
         # The clock-reasons call that worked; None until the first success after connect.
         self._clock_fn: Callable[[Any], Any] | None = None
         self._driver = _UNKNOWN  # the driver version, read at each connect
+        self._thermal_policy: int = binding.NVML_PERF_POLICY_THERMAL
+        self._violation_logged: set[int] = set()  # GPU indices told "no counter", once each
 
     @property
     def busy(self) -> bool:
@@ -235,7 +265,7 @@ class NvmlAdapter:
         self._gpus = await self._thread.call(self._connect_sync)
 
     async def read(self) -> Sequence[Reading]:
-        """Eight readings per selected GPU; SourceUnavailable when not connected or busy."""
+        """Eight or nine readings per selected GPU; SourceUnavailable when not connected or busy."""
         gpus = self._gpus
         if gpus is None:
             raise SourceUnavailable(f"{self.name}: not connected; call connect() first")
@@ -356,6 +386,7 @@ class NvmlAdapter:
                 limit = self._call(b.nvmlDeviceGetEnforcedPowerLimit, h)
                 self._emit(out, gpu, _LIMIT, self._number(limit, 0.001), mono, wall)
                 self._emit_clock_reasons(out, gpu, mono, wall)
+                self._emit_thermal_violation(out, gpu, mono, wall)
             except _GpuLost as lost:
                 del out[start:]
                 self._all_bad(out, gpu, lost.failure.reason, mono, wall)
@@ -414,6 +445,49 @@ class NvmlAdapter:
             )
             gpu.clock_labels[bits] = labels
         self._emit(out, gpu, _CLOCK, float(bits), mono, wall, labels=labels)
+
+    def _emit_thermal_violation(
+        self, out: list[Reading], gpu: _NvmlGpu, mono: float, wall: float
+    ) -> None:
+        """NVML's thermal violation counter, in seconds, judged against the previous read.
+
+        A counter that went backwards (a driver reload, garbage) or advanced more than
+        the time elapsed since the previous read is BAD with the reason; the raw value
+        is still the base the next read is judged against. NOT_SUPPORTED means no
+        reading from this GPU until reconnect, logged once per GPU.
+        """
+        fn = getattr(self._b, "nvmlDeviceGetViolationStatus", None)
+        if not gpu.has_violation_counter:
+            return
+        status = (
+            _Failure("NVML_ERROR_FUNCTION_NOT_FOUND", "the binding has no violation status")
+            if fn is None
+            else self._call(fn, gpu.handle, self._thermal_policy)
+        )
+        if isinstance(status, _Failure):
+            if status.name in _NO_VIOLATION_COUNTER:
+                gpu.has_violation_counter = False
+                if gpu.index not in self._violation_logged:
+                    self._violation_logged.add(gpu.index)
+                    log.info(
+                        "%s: gpu %d has no NVML thermal violation counter (%s): its throttled"
+                        " seconds come from the clock event reasons",
+                        self.name,
+                        gpu.index,
+                        status.reason,
+                    )
+                return
+            gpu.last_violation = None
+            self._emit(out, gpu, _THERMAL_VIOLATION, status, mono, wall)
+            return
+        ns = int(status.violationTime)
+        previous, gpu.last_violation = gpu.last_violation, (mono, ns)
+        value: float | _Failure = ns / 1e9
+        if previous is not None:
+            value = _violation_step(previous, mono, ns) or value
+        ref_us = int(status.referenceTime)
+        device_ts = ref_us / 1e6 if ref_us > 0 else None
+        self._emit(out, gpu, _THERMAL_VIOLATION, value, mono, wall, device_ts)
 
     def _resolve_clock(self, handle: Any) -> Any:
         """Try the new clock-events call, then the old throttle call; remember the winner."""

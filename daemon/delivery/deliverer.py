@@ -330,8 +330,12 @@ class Deliverer:
             raise DeliveryError(
                 f"{node}: the scheduler does not know this node", permanent=True, reason="not_found"
             )
-        self.read_back[node] = ReadBack(describe(view), self._wall())
+        self.note_read_back(node, view)
         return view
+
+    def note_read_back(self, node: str, view: NodeView) -> None:
+        """The scheduler's state of ``node`` as just read (by delivery or the reconciler)."""
+        self.read_back[node] = ReadBack(describe(view), self._wall())
 
 
 def describe_overdue(p: Pending, now: float) -> str:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapters.schedulers.base import (
     NodeReadError,
+    NodeView,
     ReadableSink,
     describe,
     exclude_down,
@@ -62,9 +64,11 @@ class Reconciler:
         sink: ReadableSink,
         *,
         interval_s: float = 60.0,
+        on_read: Callable[[str, NodeView], None] = lambda node, view: None,
     ) -> None:
         self._outbox = outbox
         self._sink = sink
+        self._on_read = on_read  # each node's state as read (the page's "read back at")
         self._last: dict[str, tuple[Finding, str]] = {}
         self.poller = Poller(
             "reconcile",
@@ -92,6 +96,8 @@ class Reconciler:
                 findings.append(NodeFinding(node, Finding.BUSY))
                 continue
             view = views[node]
+            if view.exists:
+                self._on_read(node, view)
             if not view.exists:
                 f = NodeFinding(node, Finding.UNKNOWN_NODE, "unknown to the scheduler")
             elif view.foreign:

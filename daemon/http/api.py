@@ -24,6 +24,7 @@ from multidict import MultiMapping
 from daemon.delivery.outbox import StorageError
 from daemon.delivery.overrides import AuditEntry, OverrideError, OverrideRequest, parse_override
 from daemon.http import bodies
+from daemon.http.charts import add_chart_routes
 from daemon.http.decision_log import LogQuery, QueryError
 from daemon.http.events import Event, EventHub
 from daemon.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -263,8 +264,9 @@ async def decisions(request: web.Request) -> web.Response:
 
 
 async def page_initial(request: web.Request) -> bytes | None:
-    """What the node page shows first (state, assessments, the log's first page), as one
-    JSON object embedded in the page, so it shows data at load without a round trip."""
+    """What the node page shows first (state, assessments, the log's first page, the
+    charts with their recent history), as one JSON object embedded in the page, so it
+    shows data at load without a round trip."""
     view = request.app[_CTX].view
     try:
         items, cursor = await view.decision_page(LogQuery(limit=50))
@@ -280,6 +282,8 @@ async def page_initial(request: web.Request) -> bytes | None:
             assess,
             b',"decisions":',
             bodies.encode(bodies.DecisionLog(items, cursor)),
+            b',"charts":',
+            bodies.encode(view.charts()),
             b"}",
         )
     )
@@ -472,4 +476,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     add_notice_routes(app, lambda: ctx.notices())  # noqa: PLW0108 (ctx may be uninitialised here)
     add_steering_routes(app, lambda: ctx.steering())  # noqa: PLW0108 (as the notices')
     add_power_cap_routes(app, lambda: ctx.power_caps())  # noqa: PLW0108 (as the notices')
+    add_chart_routes(app, lambda: ctx.view.charts())  # noqa: PLW0108 (as the notices')
     return app

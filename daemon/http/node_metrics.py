@@ -153,9 +153,11 @@ class NodeCollector(Collector):
 def _gpu_families(d: ServiceView) -> Iterator[Metric]:
     throttled = CounterMetricFamily(
         "rackguard_gpu_throttled_seconds",
-        "Seconds the GPU ran with its clocks cut, by NVML clock-event reason (hw_slowdown,"
-        " sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown): the outcome"
-        " rackguard exists to keep at zero.",
+        "Seconds the GPU ran with its clocks cut, by reason: thermal from NVML's thermal"
+        " violation counter where the GPU has one, else sw_thermal_slowdown and"
+        " hw_thermal_slowdown from the clock-event reasons; hw_slowdown and"
+        " hw_power_brake_slowdown from the clock-event reasons. The outcome rackguard"
+        " exists to keep at zero.",
         labels=["gpu", "uuid", "reason"],
     )
     for (gpu, uuid, reason), seconds in sorted(d.throttled_seconds().items()):

@@ -10,6 +10,7 @@ from daemon.clock import UNIX_TIME
 from daemon.delivery.overrides import REQUEST_TYPES, OverrideRequest
 from daemon.http import bodies
 from daemon.http.bodies import body_schemas, request_schemas
+from daemon.http.charts import CHART_BODIES, CHART_PATHS, CHART_SCHEMAS
 from daemon.http.events import EVENT_DATA
 from daemon.http.notice import NOTICE_BODIES, NOTICE_PATHS, NOTICE_SCHEMAS
 from daemon.http.page import STATIC_FILES
@@ -102,6 +103,7 @@ MODELS: tuple[type, ...] = (
     + NOTICE_BODIES
     + STEERING_BODIES
     + POWER_CAP_BODIES
+    + CHART_BODIES
     + EVENT_BODIES
     + REQUEST_BODIES
 )
@@ -147,6 +149,7 @@ _ID = {
     "/v1/notices": "listNotices",
     "/v1/steering": "getSteering",
     "/v1/power-caps": "getPowerCaps",
+    "/v1/charts": "getCharts",
 }
 
 OPENAPI: dict[str, Any] = {
@@ -157,7 +160,7 @@ OPENAPI: dict[str, Any] = {
         "description": "Per-node thermal and power guard for GPU clusters.",
     },
     "components": {
-        "schemas": SCHEMAS | NOTICE_SCHEMAS | STEERING_SCHEMAS | POWER_CAP_SCHEMAS,
+        "schemas": SCHEMAS | NOTICE_SCHEMAS | STEERING_SCHEMAS | POWER_CAP_SCHEMAS | CHART_SCHEMAS,
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     },
     "paths": {
@@ -302,5 +305,6 @@ OPENAPI: dict[str, Any] = {
         **{path: {"get": _read(_ID[path], **op["get"])} for path, op in NOTICE_PATHS.items()},
         **{path: {"get": _read(_ID[path], **op["get"])} for path, op in STEERING_PATHS.items()},
         **{path: {"get": _read(_ID[path], **op["get"])} for path, op in POWER_CAP_PATHS.items()},
+        **{path: {"get": _read(_ID[path], **op["get"])} for path, op in CHART_PATHS.items()},
     },
 }

@@ -6,6 +6,7 @@ handler cannot reach into the wiring, the runners or the reload machinery.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from daemon.http.bodies import (
     Ready,
     SchedulerState,
 )
+from daemon.http.charts import ChartHistory, Charts, GpuForecast
 from daemon.http.decision_log import LogQuery, page
 from daemon.http.events import EventHub
 from policies.model import Reading
@@ -69,6 +71,7 @@ class ServiceView:
         cluster: Callable[[], ClusterStatus | None] = lambda: None,
         notices: JobNotices | None = None,
         throttle: ThrottleClock | None = None,
+        history: ChartHistory | None = None,
     ) -> None:
         self._config = config
         self._runners = runners
@@ -84,6 +87,7 @@ class ServiceView:
         self._cluster = cluster
         self.notices = notices  # None where the scheduler has no job notices
         self._throttle = throttle
+        self._history = history if history is not None else ChartHistory()
 
     @property
     def config(self) -> Config:
@@ -142,6 +146,33 @@ class ServiceView:
             )
             for r in self._runners()
         ]
+
+    def charts(self) -> Charts:
+        """The page's charts: recent points, and the policy's forecast of each GPU."""
+        h = self._history
+        return Charts(h.window_s, h.step_s, h.series(time.time()), self.gpu_forecasts())
+
+    def gpu_forecasts(self) -> list[GpuForecast]:
+        """Each local GPU's temperature trend (°C/min) as the policy fitted it, with its band."""
+        tracker = self._engine.policy.tracker
+        node = tracker.nodes.get(tracker.default_node or "")
+        out: list[GpuForecast] = []
+        for label, g in sorted((node.gpus if node else {}).items(), key=lambda kv: _index(kv[0])):
+            trend = g.margin.trend
+            if trend is None:
+                out.append(GpuForecast(f"gpu{label}", False, None, None, None))
+                continue
+            # The margin falls as the temperature rises: the temperature's slope is its negative.
+            out.append(
+                GpuForecast(
+                    f"gpu{label}",
+                    g.margin.trusted,
+                    -trend.slope * 60,
+                    -trend.hi * 60,
+                    -trend.lo * 60,
+                )
+            )
+        return out
 
     def throttled_seconds(self) -> dict[tuple[str, str, str], float]:
         """(gpu, uuid, reason) -> seconds the GPU's clocks were cut for that reason."""
@@ -231,3 +262,8 @@ class ServiceView:
             predictive_paused=o.paused[0],
             paused_reason=o.paused[1],
         )
+
+
+def _index(label: str) -> tuple[int, str]:
+    """GPU labels in numeric order ("2" before "10")."""
+    return (int(label), "") if label.isdigit() else (1 << 30, label)

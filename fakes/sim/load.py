@@ -4,8 +4,8 @@ At ``speed`` x the agents' GPU polls get ``1 / speed`` wall seconds and time
 out after 80% of that; a busy host misses such deadlines, and a late event loop
 skips simulated time the agents never saw. Either changes the answer, so the
 run is marked INVALID (and says so at once) rather than scored as if it were
-sound. :func:`poll_timeout_note` warns before the run when the speed asks for
-poll timeouts below :data:`MIN_POLL_TIMEOUT_S`.
+sound. :func:`poll_timeout_note` says why a speed that asks for poll timeouts
+below :data:`MIN_POLL_TIMEOUT_S` is lowered before the run.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def poll_timeout_note(speed: float) -> str:
     return (
         f"x{speed:g} gives the agents GPU poll timeouts of {timeout:.3f} s, below the"
         f" {MIN_POLL_TIMEOUT_S} s a busy host can be trusted to meet (x{safe_speed():g} or"
-        " less is safe); the run is marked INVALID if a poll times out or the loop lags"
+        " less is safe)"
     )
 
 

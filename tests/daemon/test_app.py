@@ -204,5 +204,5 @@ def test_probe_prints_one_read_as_table(tmp_path: Path, secret: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["SENSOR", "VALUE", "UNIT", "QUALITY", "DETAIL"]
-    assert sum(1 for line in lines if line.startswith("gpu1.")) == 8
+    assert sum(1 for line in lines if line.startswith("gpu1.")) == 9  # with the violation counter
     assert any(line.split()[:3] == ["gpu0.slowdown_threshold", "90", "celsius"] for line in lines)

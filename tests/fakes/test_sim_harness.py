@@ -18,6 +18,7 @@ from adapters.sensors.nvml import NvmlAdapter
 from daemon.config import parse_config
 from daemon.service.sources import build_adapter
 from fakes.cdu_server import nodesets_available
+from fakes.demo import playable_speed
 from fakes.gpus import H100_SXM, make_gpus
 from fakes.nvml import fake_node
 from fakes.sim import load_scenario
@@ -556,6 +557,20 @@ def test_a_speed_past_what_a_host_meets_is_named_before_the_run() -> None:
     note = poll_timeout_note(40.0)
     assert note.startswith("x40 gives the agents GPU poll timeouts of 0.020 s, below the 0.05 s")
     assert "(x16 or less is safe)" in note
+
+
+def test_the_demo_lowers_an_asked_speed_a_host_cannot_keep_and_says_so_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert playable_speed(10.0, 900.0) == 10.0
+    assert capsys.readouterr().err == ""  # a speed a busy host keeps is played as asked
+    assert playable_speed(40.0, 900.0) == 16.0
+    said = capsys.readouterr().err
+    assert said.startswith("rackguard-sim demo: x40 gives the agents GPU poll timeouts of 0.020 s")
+    assert said.rstrip().endswith("playing at x16 instead, about 1 min")
+    assert playable_speed(None, 3600.0) == 16.0  # x60 would play it in a minute
+    said = capsys.readouterr().err
+    assert "x60 (the scenario in about a minute) gives" in said and "x16 instead" in said
 
 
 async def test_the_run_record_lists_the_timelines_faults_beside_the_ones_played_by_hand(

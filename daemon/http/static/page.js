@@ -25,14 +25,22 @@ async function getJson(path) {
   return resp.json();
 }
 
+// A GPU NVML has lost is not a sensor question ("unknown"): it is gone until reset.
+const LOST = /NVML_ERROR_GPU_IS_LOST/;
+const LOST_WORDS =
+  "GPU lost: NVML cannot reach it (NVML_ERROR_GPU_IS_LOST), as after it overheated to" +
+  " shutdown or fell off the bus; it needs a reset or a reboot";
+
 function renderGpus(gpus) {
   const body = $("gpus").tBodies[0];
   body.replaceChildren();
   for (const g of gpus) {
     const row = body.insertRow();
     const index = g.subject.replace(/^gpu/, "");
+    const lost = g.condition === "unknown" && LOST.test(g.detail || "");
+    const condition = lost ? "lost" : g.condition;
     row.dataset.gpu = index;
-    row.dataset.condition = g.condition;
+    row.dataset.condition = condition;
     const margin = g.value !== null && g.threshold !== null ? g.threshold - g.value : null;
     cell(row, g.subject);
     cell(row, `${fmt(g.value)} °C`);
@@ -46,13 +54,12 @@ function renderGpus(gpus) {
     const trend = g.trend_per_min;
     cell(row, trend === null ? "–" : `${trend > 0 ? "+" : ""}${fmt(trend, 2)} °C/min`);
     cell(row, duration(g.time_to_threshold_s));
-    const c = cell(row, g.condition);
-    c.innerHTML = "";
+    const c = cell(row, "");
     const span = document.createElement("span");
     span.className = "cond";
-    span.textContent = g.condition;
+    span.textContent = condition;
     c.append(span);
-    cell(row, g.detail, "detail");
+    cell(row, lost ? LOST_WORDS : g.detail, "detail");
   }
 }
 
@@ -72,21 +79,11 @@ function humane(value, unit) {
   return f ? f(value) : `${fmt(value)} ${unit}`;
 }
 
-// Recent GPU temperatures seen by this page (the API keeps no history): gpu -> [[t, °C]].
-const HISTORY = new Map();
-const WINDOW_S = 600;
+// The daemon's recent points of each charted series and the policy's GPU forecasts
+// (/v1/charts; embedded in the page, so history from before it was opened shows at once).
+let CHARTS = { window_s: 600, step_s: 5, series: [], forecasts: [] };
 const FORECAST_S = 300;
 let DECISION_TIMES = [];
-
-function remember(gpus, at) {
-  for (const g of gpus) {
-    if (g.value === null || g.value === undefined) continue;
-    const h = HISTORY.get(g.subject) || [];
-    if (!h.length || h[h.length - 1][0] < at) h.push([at, g.value]);
-    while (h.length && h[0][0] < at - WINDOW_S) h.shift();
-    HISTORY.set(g.subject, h);
-  }
-}
 
 const SVG = "http://www.w3.org/2000/svg";
 function el(name, attrs, parent) {
@@ -96,8 +93,34 @@ function el(name, attrs, parent) {
   return node;
 }
 
-// One chart per GPU: its recent temperature, the slowdown line, the forecast the
-// policy's trend gives over the next five minutes, and a mark at each decision.
+// A chart's frame: time runs over the window and the forecast; values fit ``extra``.
+function frame(points, extra, now, W, H, P) {
+  const window_s = CHARTS.window_s;
+  const values = [...points.map((p) => p[1]), ...extra];
+  const lo = Math.min(...values) - 2, hi = Math.max(...values) + 2;
+  return {
+    x: (t) => P + ((t - (now - window_s)) / (window_s + FORECAST_S)) * (W - 2 * P),
+    y: (v) => H - P - ((v - lo) / (hi - lo || 1)) * (H - 2 * P),
+  };
+}
+
+function drawSeries(svg, points, f, now, H) {
+  el("line", { class: "now", x1: f.x(now), x2: f.x(now), y1: 0, y2: H }, svg);
+  for (const t of DECISION_TIMES) {
+    if (t >= now - CHARTS.window_s) el("line", { class: "decision", x1: f.x(t), x2: f.x(t), y1: 0, y2: H }, svg);
+  }
+  if (!points.length) return;
+  const pts = points.map(([t, v]) => `${f.x(t).toFixed(1)},${f.y(v).toFixed(1)}`).join(" ");
+  el("polyline", { class: "temp", points: pts }, svg);
+  const last = points[points.length - 1];
+  el("circle", { class: "temp", cx: f.x(last[0]), cy: f.y(last[1]), r: 2.5 }, svg);
+}
+
+const seriesByKey = () => new Map(CHARTS.series.map((s) => [s.key, s]));
+
+// One chart per GPU: its recent temperature (kept by the daemon), the slowdown line,
+// the policy's forecast over the next five minutes with the band of its trend (only a
+// trusted trend moves it; else the forecast is the last value), and the decisions.
 function renderCharts(gpus, now) {
   const box = $("charts");
   box.replaceChildren();
@@ -106,37 +129,65 @@ function renderCharts(gpus, now) {
     return;
   }
   const W = 260, H = 96, P = 4;
+  const series = seriesByKey();
+  const forecasts = new Map(CHARTS.forecasts.map((f) => [f.gpu, f]));
   for (const g of gpus) {
     const fig = document.createElement("figure");
     fig.dataset.gpu = g.subject;
     const cap = document.createElement("figcaption");
     cap.textContent = `${g.subject} ${g.value === null ? "no reading" : humane(g.value, "celsius")}`;
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img" });
-    const h = HISTORY.get(g.subject) || [];
+    const points = (series.get(g.subject) || { points: [] }).points;
     const slow = g.threshold;
-    const last = h.length ? h[h.length - 1] : null;
-    const slope = g.trend_per_min === null || g.trend_per_min === undefined ? null : g.trend_per_min / 60;
-    const ahead = last && slope !== null ? last[1] + slope * FORECAST_S : null;
-    const temps = [...h.map((p) => p[1]), ...(slow !== null ? [slow + 2] : []), ...(ahead !== null ? [ahead] : [])];
-    const lo = Math.min(...temps, 30) - 2, hi = Math.max(...temps) + 2;
-    const x = (t) => P + ((t - (now - WINDOW_S)) / (WINDOW_S + FORECAST_S)) * (W - 2 * P);
-    const y = (c) => H - P - ((c - lo) / (hi - lo || 1)) * (H - 2 * P);
-    el("line", { class: "now", x1: x(now), x2: x(now), y1: 0, y2: H }, svg);
+    const last = points.length ? points[points.length - 1] : null;
+    const fc = forecasts.get(g.subject);
+    const trusted = !!(fc && fc.trusted && fc.per_min !== null);
+    const at = (perMin) => (last ? last[1] + (trusted ? (perMin / 60) * FORECAST_S : 0) : null);
+    const ahead = at(trusted ? fc.per_min : 0);
+    const band = trusted ? [at(fc.low_per_min), at(fc.high_per_min)] : [];
+    const extra = [...(slow !== null ? [slow + 2] : []), ...(ahead !== null ? [ahead] : []), ...band, 30];
+    const f = frame(points, extra, now, W, H, P);
     if (slow !== null) {
-      el("line", { class: "slowdown", x1: 0, x2: W, y1: y(slow), y2: y(slow) }, svg);
-      el("text", { class: "label", x: P, y: y(slow) - 2 }, svg).textContent = `slowdown ${fmt(slow, 0)} °C`;
+      el("line", { class: "slowdown", x1: 0, x2: W, y1: f.y(slow), y2: f.y(slow) }, svg);
+      el("text", { class: "label", x: P, y: f.y(slow) - 2 }, svg).textContent = `slowdown ${fmt(slow, 0)} °C`;
     }
-    for (const t of DECISION_TIMES) {
-      if (t >= now - WINDOW_S) el("line", { class: "decision", x1: x(t), x2: x(t), y1: 0, y2: H }, svg);
+    if (last && band.length) {
+      const end = f.x(last[0] + FORECAST_S);
+      const corners = [[f.x(last[0]), f.y(last[1])], [end, f.y(band[0])], [end, f.y(band[1])]];
+      el("polygon", { class: "band", points: corners.map((c) => c.map((v) => v.toFixed(1)).join(",")).join(" ") }, svg);
     }
-    if (h.length) {
-      const pts = h.map(([t, c]) => `${x(t).toFixed(1)},${y(c).toFixed(1)}`).join(" ");
-      el("polyline", { class: "temp", points: pts }, svg);
-      el("circle", { class: "temp", cx: x(last[0]), cy: y(last[1]), r: 2.5 }, svg);
-    }
+    drawSeries(svg, points, f, now, H);
     if (ahead !== null) {
-      el("line", { class: "forecast", x1: x(last[0]), y1: y(last[1]), x2: x(last[0] + FORECAST_S), y2: y(ahead) }, svg);
+      const cls = trusted ? "forecast" : "forecast persistence";
+      el("line", { class: cls, x1: f.x(last[0]), y1: f.y(last[1]), x2: f.x(last[0] + FORECAST_S), y2: f.y(ahead) }, svg);
     }
+    fig.title = trusted
+      ? `trend ${fmt(fc.per_min, 2)} °C/min (band ${fmt(fc.low_per_min, 2)} to ${fmt(fc.high_per_min, 2)})`
+      : "no trusted trend: the forecast is the last value";
+    fig.append(cap, svg);
+    box.append(fig);
+  }
+}
+
+// The rack's inlet air and the loop's supply temperature, flow and pressure.
+function renderRackCharts(now) {
+  const box = $("rack-charts");
+  const rack = CHARTS.series.filter((s) => !s.key.startsWith("gpu"));
+  box.replaceChildren();
+  if (!rack.length) {
+    box.textContent = "No rack sources: no inlet air or coolant loop readings to chart.";
+    return;
+  }
+  const W = 260, H = 96, P = 4;
+  for (const s of rack) {
+    const fig = document.createElement("figure");
+    fig.dataset.kind = s.kind;
+    const cap = document.createElement("figcaption");
+    const what = RACK_KINDS[s.kind] || s.kind;
+    const last = s.points.length ? s.points[s.points.length - 1][1] : null;
+    cap.textContent = `${s.probe ? `${what} (${s.probe})` : what} ${last === null ? "no reading" : humane(last, s.unit)}`;
+    const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img" });
+    drawSeries(svg, s.points, frame(s.points, [], now, W, H, P), now, H);
     fig.append(cap, svg);
     box.append(fig);
   }
@@ -286,11 +337,13 @@ function renderCaps(caps) {
 }
 
 async function refresh() {
-  const [assess, state, caps] = await Promise.all([
+  const [assess, state, caps, charts] = await Promise.all([
     getJson("v1/assessments"),
     getJson("v1/state"),
     getJson("v1/power-caps"),
+    getJson("v1/charts"),
   ]);
+  CHARTS = charts;
   show(assess, state);
   renderCaps(caps);
 }
@@ -298,8 +351,8 @@ async function refresh() {
 function show(assess, state) {
   renderGpus(assess.gpus || []);
   const now = Date.now() / 1000;
-  remember(assess.gpus || [], assess.at || now);
   renderCharts(assess.gpus || [], now);
+  renderRackCharts(now);
   renderRack(assess.rack);
   renderState(state);
   $("simulated").hidden = !state.simulated;
@@ -354,6 +407,7 @@ async function main() {
   const initial = document.getElementById("initial");
   if (initial) {
     const data = JSON.parse(initial.textContent);
+    if (data.charts) CHARTS = data.charts;
     showLog(data.decisions);
     show(data.assessments, data.state);
   }

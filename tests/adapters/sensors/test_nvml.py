@@ -18,7 +18,7 @@ from fakes.nvml import FUNCTIONS, FakeNvml, fake_node, field_error_key
 from policies.model import Quality, Reading, SensorKind
 
 GPUS = 4
-PER_GPU = 8
+PER_GPU = 9
 MEMORY_TEMP_KEY = field_error_key(pynvml.NVML_FI_DEV_MEMORY_TEMP)
 
 SENSORS: dict[str, tuple[SensorKind, str]] = {
@@ -30,6 +30,7 @@ SENSORS: dict[str, tuple[SensorKind, str]] = {
     "power": (SensorKind.GPU_POWER, "watts"),
     "power_limit": (SensorKind.GPU_POWER_LIMIT, "watts"),
     "clock_event_reasons": (SensorKind.GPU_CLOCK_EVENT_REASONS, "bitmask"),
+    "thermal_violation": (SensorKind.GPU_THERMAL_VIOLATION, "seconds"),
 }
 
 
@@ -96,7 +97,10 @@ async def test_every_field_matches_the_gpu_state(fake: FakeNvml, adapter: NvmlAd
             "power": 312.5 + i,
             "power_limit": 650.0 - i,
             "clock_event_reasons": 32.0 if i == 2 else 0.0,
+            "thermal_violation": 0.0,
         }
+        if i == 2:  # throttled: its counter grew while the read ran
+            del expected["thermal_violation"]
         for suffix, value in expected.items():
             reading = keyed[f"gpu{i}.{suffix}"]
             assert reading.value == value, reading.sensor
@@ -306,6 +310,96 @@ async def test_one_failing_field_is_one_bad_reading(
     assert_bad(keyed[f"gpu2.{suffix}"], name)
     # gpu0 resolved the clock call already, so gpu2 gets no fallback: one BAD reading.
     assert [r.sensor for r in readings if r.quality is not Quality.GOOD] == [f"gpu2.{suffix}"]
+
+
+# --- the thermal violation counter -------------------------------------------------------
+
+THERMAL = pynvml.NVML_PERF_POLICY_THERMAL
+
+
+async def test_throttled_thermal_violation_is_nvml_ns_as_seconds_with_the_reference_time(
+    fake: FakeNvml, adapter: NvmlAdapter
+) -> None:
+    fake.gpus[1].violation_ns[THERMAL] = 2_500_000_000
+    wall0 = time.time()
+    reading = by_sensor(await adapter.read())["gpu1.thermal_violation"]
+    assert (reading.value, reading.quality, reading.unit) == (2.5, Quality.GOOD, "seconds")
+    assert reading.device_ts is not None and wall0 - 1 <= reading.device_ts <= time.time() + 1
+
+
+async def test_throttled_thermal_violation_counts_while_the_thermal_bits_are_set(
+    fake: FakeNvml, adapter: NvmlAdapter
+) -> None:
+    await adapter.read()
+    fake.gpus[0].clock_event_reasons = 0x040  # hw thermal slowdown
+    fake.gpus[1].clock_event_reasons = 0x004  # a power cap: the power policy, not thermal
+    await adapter.read()
+    await asyncio.sleep(0.3)
+    keyed = by_sensor(await adapter.read())
+    assert 0.25 <= (keyed["gpu0.thermal_violation"].value or 0.0) <= 1.0
+    assert keyed["gpu1.thermal_violation"].value == 0.0
+
+
+@pytest.mark.parametrize(
+    ("after_ns", "needle"),
+    [
+        (1_000_000_000, "went backwards by 4.000 s"),  # a driver reload resets it
+        (5_000_000_000 + 100 * 10**9, "advanced 100.000 s in"),  # more than the time passed
+        (2**64 - 1, "of wall time"),  # garbage
+    ],
+)
+async def test_throttled_thermal_violation_that_cannot_be_true_is_bad_then_rebased(
+    fake: FakeNvml, adapter: NvmlAdapter, after_ns: int, needle: str
+) -> None:
+    gpu = fake.gpus[3]
+    gpu.violation_ns[THERMAL] = 5_000_000_000
+    assert by_sensor(await adapter.read())["gpu3.thermal_violation"].value == 5.0
+    gpu.violation_ns[THERMAL] = after_ns
+    assert_bad(by_sensor(await adapter.read())["gpu3.thermal_violation"], needle)
+    gpu.violation_ns[THERMAL] = after_ns  # unchanged since the bad read: judged from there
+    again = by_sensor(await adapter.read())["gpu3.thermal_violation"]
+    assert (again.quality, again.value) == (Quality.GOOD, after_ns / 1e9)
+
+
+async def test_throttled_thermal_violation_not_supported_is_logged_once_and_not_asked_again(
+    fake: FakeNvml, adapter: NvmlAdapter, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.gpus[2].errors["nvmlDeviceGetViolationStatus"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    caplog.set_level("INFO", logger="adapters.sensors.nvml")
+    for _ in range(3):
+        readings = await adapter.read()
+        assert len(readings) == GPUS * PER_GPU - 1
+        assert "gpu2.thermal_violation" not in by_sensor(readings)
+        assert all(r.usable for r in readings)
+    await adapter.connect()  # a reconnect asks again, and says nothing new
+    await adapter.read()
+    assert fake.calls["nvmlDeviceGetViolationStatus"] == GPUS + 2 * (GPUS - 1) + GPUS
+    told = [r.getMessage() for r in caplog.records if "violation counter" in r.getMessage()]
+    assert len(told) == 1
+    assert "gpu 2" in told[0] and "clock event reasons" in told[0], told
+
+
+async def test_throttled_thermal_violation_error_is_one_bad_reading_and_asked_again(
+    fake: FakeNvml, adapter: NvmlAdapter
+) -> None:
+    fake.gpus[0].errors["nvmlDeviceGetViolationStatus"] = pynvml.NVML_ERROR_UNKNOWN
+    readings = await adapter.read()
+    assert_bad(by_sensor(readings)["gpu0.thermal_violation"], "NVML_ERROR_UNKNOWN")
+    assert [r.sensor for r in readings if not r.usable] == ["gpu0.thermal_violation"]
+    del fake.gpus[0].errors["nvmlDeviceGetViolationStatus"]
+    assert by_sensor(await adapter.read())["gpu0.thermal_violation"].usable
+
+
+def test_fake_violation_status_is_nvml_shaped(fake: FakeNvml) -> None:
+    fake.nvmlInit()
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    status = fake.nvmlDeviceGetViolationStatus(handle, pynvml.NVML_PERF_POLICY_BOARD_LIMIT)
+    assert isinstance(status, pynvml.c_nvmlViolationTime_t)
+    assert status.violationTime == 0
+    assert abs(status.referenceTime / 1e6 - time.time()) < 5
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetViolationStatus(handle, 7)  # 6..9 are not policies
+    fake.nvmlShutdown()
 
 
 async def test_lost_gpu_is_all_bad_and_the_others_report(

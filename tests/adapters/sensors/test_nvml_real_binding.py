@@ -42,7 +42,7 @@ async def test_real_binding_connects_or_says_what_is_missing() -> None:
         assert temps
         assert all(r.quality is Quality.GOOD for r in temps)
         assert all(r.labels["uuid"].startswith(("GPU-", "MIG-")) for r in temps)
-        assert len(readings) == 8 * len(temps)
+        assert 8 * len(temps) <= len(readings) <= 9 * len(temps)  # 9: a violation counter
         assert not any(r.value is not None and r.value != r.value for r in readings)  # no NaN
     finally:
         await nvml.close()

@@ -120,6 +120,24 @@ async def test_repeated_manual_resumes_are_repaired_every_time(
     assert len(keys) == len(set(keys)) == 4
 
 
+async def test_each_round_updates_the_state_last_read_back_and_when(
+    fake: FakeSlurmrestd, sink: SlurmSink, outbox: Outbox
+) -> None:
+    outbox.submit(decision("gpu01", Action.DRAIN))
+    await flush(outbox)
+    delivered = outbox.deliverer.read_back["gpu01"]
+    reconciler = Reconciler(outbox.store, sink, on_read=outbox.deliverer.note_read_back)
+    await asyncio.sleep(0.05)
+    fake.admin_resume("gpu01")  # the scheduler changed: the page shows it from this round
+    await reconciler.reconcile_once()
+    seen = outbox.deliverer.read_back["gpu01"]
+    assert seen.at > delivered.at
+    assert seen.state != delivered.state and "DRAIN" not in seen.state.upper()
+    del fake.nodes["gpu01"]  # unknown to the scheduler: nothing read back to show
+    await reconciler.reconcile_once()
+    assert outbox.deliverer.read_back["gpu01"] == seen
+
+
 async def test_unknown_nodes_are_reported_not_repaired(
     sink: SlurmSink, outbox: Outbox, fake: FakeSlurmrestd
 ) -> None:

@@ -144,7 +144,7 @@ async def test_sighup_reload_applies_new_sources_and_refuses_bad_config(
     try:
         await asyncio.wait_for(daemon.ready.wait(), 5)
         readings_before = len(daemon.store.latest())
-        assert readings_before == 64  # 8 GPUs x 8 series
+        assert readings_before == 72  # 8 GPUs x 9 series
 
         write_config(cfg, secret_file, interval=0.2, extra="[policy]\nenter_margin_c = 7.0\n")
         assert await daemon.reload()
