@@ -336,11 +336,17 @@ class Policy:
 def held_by_cap(
     judged: Verdict, gpus: list[GpuView], held: frozenset[str], s: PolicySettings
 ) -> Verdict:
-    """A GPU or node WARNING that only capped GPUs (holding, above the enter margin) raise:
-    no drain while the cap holds (the first rung of the ladder stands in for it)."""
+    """A WARNING that only capped GPUs (holding, above the enter margin) raise: no drain
+    while the cap holds (the first rung of the ladder stands in for it).
+
+    Whatever the domain: a slow facility rise (coolant supply, inlet air) raises each
+    GPU's reference, and a cap that holds every hot GPU answers it. A facility rule
+    (a limit reached or forecast, lost flow, the signature), a leak or a followed peer
+    is never held: no GPU cap moves the room or the loop.
+    """
     if not held or judged.condition is not Condition.WARNING:
         return judged
-    if judged.domain not in (FaultDomain.GPU, FaultDomain.NODE) or judged.following:
+    if not judged.gpu_thermal or judged.following:
         return judged
     for g in gpus:
         hot = g.condition in HOT or (

@@ -12,11 +12,12 @@ Steady state: ``T = T_ref + R * P`` (policies/headroom.py). Per GPU at each eval
   ``P_cap = (slowdown - cap_margin_c - T_ref) / R_hi`` (the conservative bound of R)
   when ``min_w <= P_cap`` and it binds (below the enforced limit). While the cap holds
   (the forecast turned, or it is younger than ``settle_s``) the node's predicted-only
-  drain is held back (:meth:`CapLadder.holds`). It escalates (the drain goes ahead, the
+  GPU-thermal drain is held back (:meth:`CapLadder.holds`), whatever cause it names
+  (a slow supply or inlet rise raises T_ref); a facility limit's drain never is. It escalates (the drain goes ahead, the
   cap stays) when the forecast has not turned within ``settle_s`` or ``P_cap`` would be
   below the minimum.
 * **Undo.** Healthy (margin at or above the exit margin, no forecast breach, no fast
-  heating, flow present) for ``healthy_after_s``: raise by ``restore_step_w`` every
+  heating, flow present, the rack's supply and inlet not rising) for ``healthy_after_s``: raise by ``restore_step_w`` every
   ``restore_every_s``, never above the limit enforced before rackguard capped. If the
   enforced limit is not rackguard's (an admin changed it), the cap is released
   without a set: left as found, said in the decision.
@@ -174,8 +175,12 @@ class CapLadder:
         out: list[CapDecision] = []
         for node, gpus in views.items():
             rack = rack_of[node]
-            loop = evidence[rack].loop if rack in evidence else None
+            ev = evidence.get(rack)
+            loop = ev.loop if ev is not None else None
             flow_lost = loop is not None and loop.flow_lost
+            # What the GPUs reject heat to still warming: a restore step now would be
+            # undone by the rise (cap, restore, cap ... while the supply or air climbs).
+            warming = ev is not None and (ev.loop.supply_rising or ev.air.rising)
             signature = fast.get(rack, 0) >= 2
             cause = ""
             if flow_lost:
@@ -187,7 +192,9 @@ class CapLadder:
                 t = trackers.get(node, {}).get(gpu)
                 if t is None:
                     continue
-                d = self._gpu(node, gpu, g, t, references.get(rack), cause, flow_lost, now, s)
+                d = self._gpu(
+                    node, gpu, g, t, references.get(rack), cause, flow_lost, warming, now, s
+                )
                 if d is not None:
                     out.append(self._stamp(d, wall, s))
         return out
@@ -203,6 +210,7 @@ class CapLadder:
         reference: float | None,
         loop_cause: str,
         measured: bool,
+        warming: bool,
         now: float,
         s: PolicySettings,
     ) -> CapDecision | None:
@@ -245,7 +253,7 @@ class CapLadder:
             return self._margin(node, gpu, g, t, st, lim, enforced, reference, now, s)
         if st is None:
             return None
-        healthy = g.margin >= s.exit_margin_c and g.fast_heating_c_per_s is None
+        healthy = g.margin >= s.exit_margin_c and g.fast_heating_c_per_s is None and not warming
         if not healthy:
             self.states[key] = replace(st, healthy_since=None)
             return None
