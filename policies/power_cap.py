@@ -13,14 +13,15 @@ Steady state: ``T = T_ref + R * P`` (policies/headroom.py). Per GPU at each eval
   when ``min_w <= P_cap`` and it binds (below the enforced limit). While the cap holds
   (the forecast turned, or it is younger than ``settle_s``) the node's predicted-only
   GPU-thermal drain is held back (:meth:`CapLadder.holds`), whatever cause it names
-  (a slow supply or inlet rise raises T_ref); a facility limit's drain never is. It escalates (the drain goes ahead, the
-  cap stays) when the forecast has not turned within ``settle_s`` or ``P_cap`` would be
-  below the minimum.
+  (a slow supply or inlet rise raises T_ref); a facility limit's drain never is. It
+  escalates (the drain goes ahead, the cap stays) when the forecast has not turned
+  within ``settle_s`` or ``P_cap`` would be below the minimum.
 * **Undo.** Healthy (margin at or above the exit margin, no forecast breach, no fast
-  heating, flow present, the rack's supply and inlet not rising) for ``healthy_after_s``: raise by ``restore_step_w`` every
-  ``restore_every_s``, never above the limit enforced before rackguard capped. If the
-  enforced limit is not rackguard's (an admin changed it), the cap is released
-  without a set: left as found, said in the decision.
+  heating, flow present, the rack's supply and inlet not rising) for
+  ``healthy_after_s``: raise by ``restore_step_w`` every ``restore_every_s``, never
+  above the limit enforced before rackguard capped. If the enforced limit is not
+  rackguard's (an admin changed it), the cap is released without a set: left as
+  found, said in the decision.
 * **Fleet.** New caps are withheld while the capped watts (before - limit, summed)
   would exceed ``budget_w``, or while more than ``storm_nodes`` nodes were newly
   capped within ``storm_window_s`` (one bad shared sensor must not cap a cluster).
