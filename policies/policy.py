@@ -225,7 +225,7 @@ class Policy:
             for rk in {self.rack_of[n] for n in wanted}
         }
         if self.caps is not None:
-            self.cap_decisions = self._caps(self.caps, now, wall, wanted, gpus, evidence)
+            self.cap_decisions = self._caps(self.caps, now, wall, wanted, gpus, evidence, view)
         out = {}
         for n in wanted:
             rack = self.rack_of[n]
@@ -242,12 +242,14 @@ class Policy:
         wanted: list[str],
         gpus: dict[str, list[GpuView]],
         evidence: dict[str, RackEvidence],
+        view: ClusterView,
     ) -> list[CapDecision]:
         trackers = {n: self.tracker.nodes[n].gpus for n in wanted if n in self.tracker.nodes}
         references = {rk: self.tracker.rack[rk].reference(now) for rk in evidence}
         return caps.evaluate(
-            now, wall, gpus, trackers, self.rack_of, evidence, references, self.settings
-        )
+            now, wall, gpus, trackers, self.rack_of, evidence, references, self.settings,
+            others_w=view.capped_w, breaker_open=self.breaker.open,
+        )  # fmt: skip
 
     def _gpus(self, node: str, now: float) -> list[GpuView]:
         tracker = self.tracker.nodes.get(node)

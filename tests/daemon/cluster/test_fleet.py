@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
 from aiohttp import web
@@ -29,6 +30,7 @@ from policies.model import (
     idempotency_key,
 )
 from policies.policy import NodeView, Outcome
+from policies.power_cap import CapLadder, CapSettings, CapState
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterView
 from policies.settings import PolicySettings
@@ -208,3 +210,52 @@ async def test_a_hostile_gateway_degrades_the_agent_never_crashes_it(answer: byt
             await task
         await agent.close()
         await runner.cleanup()
+
+
+async def test_power_cap_watts_shared_through_the_fleet_count_against_the_budget(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with (
+        fleet_agent(etcd_server.url, "a1", "a", prefix, ttl=30) as one,
+        fleet_agent(etcd_server.url, "b1", "b", prefix, ttl=30) as two,
+    ):
+        assert one.etcd is not None and two.etcd is not None
+        one.caps = CapLadder(CapSettings(budget_w=500.0))
+        one.caps.restore(CapState("a1", "0", 300.0, 700.0, 0.0, "margin"))  # 400 W given up
+        two.caps = CapLadder(CapSettings(budget_w=500.0))
+
+        def seen_by_two() -> float:
+            one.view(local("a1"), time.monotonic())  # each evaluation publishes its own
+            return two.view(local("b1"), time.monotonic()).capped_w
+
+        await wait_until(lambda: seen_by_two() == 400.0, what="a1's capped watts at b1")
+        assert one.view(local("a1"), time.monotonic()).capped_w == 0.0  # its own not counted
+        # b1's ladder, given that view: a 200 W cap would pass the 500 W cluster budget.
+        two.caps._others_w = seen_by_two()
+        assert two.caps._withheld("b1", None, 200.0) == "cap budget of 500W reached"
+        assert two.caps._withheld("b1", None, 50.0) == ""
+        # a1 newly capped counted once toward the cap storm.
+        await wait_until(
+            lambda: one.etcd is not None and one.etcd.get("trip", "cap", "a1") is not None,
+            what="a1's cap trip",
+        )
+        # Restored: a1's watts leave the budget.
+        one.caps.states.clear()
+        await wait_until(lambda: seen_by_two() == 0.0, what="a1's caps gone at b1")
+        # A hostile value (another tenant's write, a peer's bug) counts nothing.
+        for junk in (b'{"watts": -5}', b"not json", b'{"watts": "many"}'):
+            await two.etcd.etcd.put(two.etcd.claims.key("caps", "x9"), junk)
+            await wait_until(partial(_is_mirrored, two, "x9", junk), what="junk mirrored")
+            assert seen_by_two() == 0.0
+        assert two.etcd.values.bad["caps"] >= 3
+
+
+async def test_power_cap_ladder_withholds_new_caps_while_the_breaker_is_open() -> None:
+    ladder = CapLadder(CapSettings())
+    ladder._breaker_open = True
+    assert ladder._withheld("n1", None, 100.0) == "storm breaker open"
+
+
+def _is_mirrored(fleet: Fleet, node: str, value: bytes) -> bool:
+    kv = fleet.etcd.get("caps", node) if fleet.etcd is not None else None
+    return kv is not None and kv.value == value
