@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import orjson
+from msgspec import UNSET, UnsetType
 
 from daemon.delivery.deliverer import confirmed_by
 from daemon.http.bodies import Delivery, LogItem
@@ -113,8 +114,17 @@ def _item(row: tuple[Any, ...]) -> LogItem:
     if kind == "override":
         return LogItem(kind, ident, at, node, action, actor=who, override=data)
     if kind == "cap":
-        return LogItem(kind, ident, at, node, action, cap=msgspec.convert(data, CapRecord))
+        return LogItem(kind, ident, at, node, action, cap=_cap(data))
     delivery = Delivery(
         status, attempts, last_error, outcome, who, done, confirmed_by(status, outcome)
     )
     return LogItem(kind, ident, at, node, action, decision=data, delivery=delivery)
+
+
+def _cap(data: Any) -> CapRecord | UnsetType:
+    """A cap log row's record; one this version cannot read (a newer version's, changed)
+    is listed without it rather than failing the page."""
+    try:
+        return msgspec.convert(data, CapRecord)
+    except msgspec.ValidationError:
+        return UNSET

@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from msgspec import UNSET, UnsetType
 from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.schedulers.webhook.sink import WebhookSink
@@ -17,6 +18,7 @@ from daemon.app import Daemon
 from daemon.config import parse_config
 from daemon.delivery.outbox import DecisionStore
 from daemon.http.cap_ladder_metrics import CapLadderCollector
+from daemon.http.decision_log import LogQuery, page
 from daemon.service.power_cap import PowerCaps
 from daemon.service.power_limit import WatchedLimiter
 from fakes.nvml import fake_node
@@ -215,3 +217,33 @@ async def test_power_cap_daemon_restarted_over_its_cap_carries_on_then_sees_an_a
         daemon.stop()
         await asyncio.wait_for(task, 5)
         await receiver.stop()
+
+
+async def test_power_cap_log_rows_paged_with_decisions_and_unreadable_ones_listed_bare(
+    tmp_path: Path,
+) -> None:
+    store = DecisionStore(tmp_path / "o.sqlite3")
+    try:
+        rows = [
+            (10.0, NODE, "cap", b'{"at":10.0,"gpu":"3","action":"cap","watts":450.0,'
+             b'"reason":"rackguard: t","dry_run":false,"node":"gpu-node-02","future":1}'),
+            (20.0, NODE, "restore", b'{"at":20.0,"gpu":"3","watts":"not watts"}'),
+            (30.0, NODE, "release", b'{"at":30.0,"gpu":"3","action":"release","watts":500.0,'
+             b'"reason":"rackguard: other","dry_run":false}'),
+        ]  # fmt: skip
+        await store.write(
+            lambda db: db.executemany(
+                "INSERT INTO cap_log (at, node, action, body) VALUES (?, ?, ?, ?)", rows
+            )
+        )
+        first, cursor = await store.query(lambda db: page(db, LogQuery(kind="cap", limit=2)))
+        assert [(i.action, i.at) for i in first] == [("release", 30.0), ("restore", 20.0)]
+        assert first[1].cap is UNSET  # a row this version cannot read: listed, not a 500
+        assert cursor is not None and cursor.endswith("_cap_2")
+        rest, end = await store.query(lambda db: page(db, LogQuery(cursor=cursor)))
+        assert [i.action for i in rest] == ["cap"] and end is None
+        cap = rest[0].cap
+        assert not isinstance(cap, UnsetType)  # an older row: the new fields defaulted
+        assert (cap.watts, cap.set_by, cap.before_w, cap.error) == (450.0, "rackguard", 0.0, "")
+    finally:
+        store.close()
