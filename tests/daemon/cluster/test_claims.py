@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import orjson
 import pytest
 
 from daemon.cluster.claims import Budgets, Claims
@@ -128,35 +127,3 @@ async def test_without_a_lease_nothing_is_claimed_that_would_outlive_the_agent(
             await claim
     kvs, _ = await c.etcd.get_prefix(c.p)
     assert kvs == []
-
-
-async def test_power_cap_storm_opens_the_fleet_breaker_above_storm_nodes(agents: Factory) -> None:
-    claims = [await agents(f"n{i}", 30) for i in range(4)]
-    for c in claims[:3]:
-        await c.record_cap(storm_nodes=3, window_s=600.0)
-    await claims[0].record_cap(storm_nodes=3, window_s=600.0)  # one node counts once
-    assert await holders(claims[0], "trip/cap/") == ["n0", "n1", "n2"]
-    assert await holders(claims[0], "breaker") == []
-    await claims[3].record_cap(storm_nodes=3, window_s=600.0)  # the fourth: a storm
-    kvs, _ = await claims[0].etcd.get_prefix(claims[0].key("breaker"))
-    assert [orjson.loads(kv.value) for kv in kvs] == [{"trips": 4, "by": "n3"}]
-    # Open for drains too, and cap trips are not drain slots (they never fill the budget).
-    held = await claims[0].claim_drain("r", True, budgets(cluster=10, storm=50))
-    assert not held.granted and "storm breaker open fleet-wide (4 trips, opened by n3)" in held.why
-    await claims[1].reset_breaker()  # an operator's reset clears the cap trips as well
-    assert await holders(claims[0], "trip/cap/") == []
-
-
-async def test_power_cap_watts_published_under_the_agents_lease(agents: Factory) -> None:
-    c = await agents("n0", 2)
-    await c.put_caps(400.0)
-    kvs, _ = await c.etcd.get_prefix(c.key("caps", ""))
-    assert [(kv.key, orjson.loads(kv.value)) for kv in kvs] == [
-        (c.key("caps", "n0"), {"watts": 400.0})
-    ]
-    await c.put_caps(0.0)
-    assert (await c.etcd.get_prefix(c.key("caps", "")))[0] == []
-    await c.put_caps(250.0)  # no keepalive: gone with the agent's lease
-    await wait_for_result(
-        lambda: c.etcd.get_prefix(c.key("caps", "")), lambda r: r[0] == [], timeout=10.0
-    )

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from functools import partial
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -259,3 +260,37 @@ async def test_power_cap_ladder_withholds_new_caps_while_the_breaker_is_open() -
 def _is_mirrored(fleet: Fleet, node: str, value: bytes) -> bool:
     kv = fleet.etcd.get("caps", node) if fleet.etcd is not None else None
     return kv is not None and kv.value == value
+
+
+async def test_power_cap_storm_opens_the_fleet_breaker_above_storm_nodes(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with (
+        fleet_agent(etcd_server.url, "a1", "a", prefix, ttl=30) as one,
+        fleet_agent(etcd_server.url, "b1", "b", prefix, ttl=30) as two,
+    ):
+        assert one.etcd is not None and two.etcd is not None
+        claims = (one.etcd.claims, two.etcd.claims)
+        await claims[0].record_cap(storm_nodes=1, window_s=600.0)
+        await claims[0].record_cap(storm_nodes=1, window_s=600.0)  # one node counts once
+        assert await _values(one, "trip/cap/") == [b"a1"]
+        assert await _values(one, "breaker") == []
+        await claims[1].record_cap(storm_nodes=1, window_s=600.0)  # a second node: a storm
+        assert [orjson.loads(v) for v in await _values(one, "breaker")] == [
+            {"trips": 2, "by": "b1"}
+        ]
+        # Open for drains too; the cap trips are not drain trip slots.
+        why = await one.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU))
+        assert "storm breaker open fleet-wide (2 trips, opened by b1)" in why
+        await claims[1].reset_breaker()  # an operator's reset clears the cap trips as well
+        assert await _values(one, "trip/cap/") == []
+        await claims[0].put_caps(400.0)
+        assert [orjson.loads(v) for v in await _values(one, "caps/")] == [{"watts": 400.0}]
+        await claims[0].put_caps(0.0)
+        assert await _values(one, "caps/") == []
+
+
+async def _values(fleet: Fleet, under: str) -> list[bytes]:
+    assert fleet.etcd is not None
+    kvs, _ = await fleet.etcd.claims.etcd.get_prefix(fleet.etcd.claims.key(under))
+    return sorted(kv.value for kv in kvs)
