@@ -67,6 +67,16 @@ async def fleet_agent(
         await agent.close()
 
 
+@contextlib.asynccontextmanager
+async def two_racks(url: str, prefix: str) -> AsyncIterator[tuple[Fleet, Fleet]]:
+    """Agents a1 (rack a) and b1 (rack b), on leases that outlive a test."""
+    async with (
+        fleet_agent(url, "a1", "a", prefix, ttl=30) as one,
+        fleet_agent(url, "b1", "b", prefix, ttl=30) as two,
+    ):
+        yield one, two
+
+
 def local(node: str) -> ClusterView:
     return ClusterView({"a": (node,)})
 
@@ -216,10 +226,7 @@ async def test_a_hostile_gateway_degrades_the_agent_never_crashes_it(answer: byt
 async def test_power_cap_watts_shared_through_the_fleet_count_against_the_budget(
     etcd_server: EtcdServer, prefix: str
 ) -> None:
-    async with (
-        fleet_agent(etcd_server.url, "a1", "a", prefix, ttl=30) as one,
-        fleet_agent(etcd_server.url, "b1", "b", prefix, ttl=30) as two,
-    ):
+    async with two_racks(etcd_server.url, prefix) as (one, two):
         assert one.etcd is not None and two.etcd is not None
         one.caps = CapLadder(CapSettings(budget_w=500.0))
         one.caps.restore(CapState("a1", "0", 300.0, 700.0, 0.0, "margin"))  # 400 W given up
@@ -265,10 +272,7 @@ def _is_mirrored(fleet: Fleet, node: str, value: bytes) -> bool:
 async def test_power_cap_storm_opens_the_fleet_breaker_above_storm_nodes(
     etcd_server: EtcdServer, prefix: str
 ) -> None:
-    async with (
-        fleet_agent(etcd_server.url, "a1", "a", prefix, ttl=30) as one,
-        fleet_agent(etcd_server.url, "b1", "b", prefix, ttl=30) as two,
-    ):
+    async with two_racks(etcd_server.url, prefix) as (one, two):
         assert one.etcd is not None and two.etcd is not None
         claims = (one.etcd.claims, two.etcd.claims)
         await claims[0].record_cap(storm_nodes=1, window_s=600.0)
