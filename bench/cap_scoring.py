@@ -44,7 +44,7 @@ from policies.policy import Policy
 from policies.power_cap import CapAction, CapLadder, CapSettings, CapState
 from policies.replay import Replayer
 from policies.safety import ClusterLedger
-from policies.settings import PolicySettings
+from policies.settings import PolicySettings, RackLimits
 from policies.trace import Header
 
 
@@ -152,7 +152,13 @@ def run_ladder(
     return run
 
 
-HOLD_EVENTS = ("hot-gpu", "crac-slow")  # no GPU at slowdown; less given up than drain-only
+# No GPU at slowdown; less given up than drain-only. A plate failing on one GPU, and a
+# slow facility rise that brings GPUs near slowdown before the facility's own limit.
+HOLD_EVENTS = ("hot-gpu", "supply-drift-warm-water")
+# No GPU at slowdown; no more given up than drain-only, and no cap: crac-slow's only
+# drain is its inlet air nearing the A1 allowable (32 C), an equipment limit that no
+# GPU cap moves (its GPUs stay ~25 C under slowdown), so the drain must stand.
+FACILITY_EVENTS = ("crac-slow",)
 LOOP_EVENTS = ("pump-failure",)  # flow loss to first slowdown >= STRETCH x drain-only's
 STRETCH = 2.5
 QUIET = ("normal-load", "sensor-dropout", "pump-blip")  # 0 caps (noise, glitch, blip, jobs)
@@ -176,6 +182,56 @@ def real_trace_caps(header: Header, readings: list[Reading], settings: PolicySet
     return caps
 
 
+WARM_WATER_SUPPLY_LIMIT_C = 60.0  # an ASHRAE W+ loop: the site allows supply above 45 C
+
+
+def supply_drift_warm_water() -> tuple[Scenario, PolicySettings]:
+    """A warm-water loop (supply 40 C, limit 60 C) whose heat rejection degrades: the supply
+    drifts up 0.5 C/min to +16 C. The GPUs (R*P ~ 36 C at 95 %) reach slowdown at ~54 C
+    supply, before the loop's limit: what a cap answers; the limit forecast still drains
+    (no shipped scenario has the GPUs bind before the facility limit)."""
+    sc = parse_scenario(
+        {
+            "name": "supply-drift-warm-water",
+            "description": "A warm-water loop's supply drifts 0.5 C/min toward its 60 C limit.",
+            "duration_s": 3000,
+            "seed": 11,
+            "rack": {
+                "nodes": ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"],
+                "probes": ["bottom", "middle", "top"],
+            },
+            "facility": {"supply_setpoint_c": 40.0},
+            "events": [
+                {"at_s": 0, "kind": "job_start", "target": "rack", "util": 0.95},
+                {
+                    "at_s": 120,
+                    "kind": "chiller_fail",
+                    "target": "cdu",
+                    "rate_c_per_min": 0.5,
+                    "max_rise_c": 16,
+                },
+            ],
+            "expect": {
+                "drained_nodes": ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
+            },
+        }
+    )
+    return sc, warm_water(PolicySettings())
+
+
+def warm_water(settings: PolicySettings) -> PolicySettings:
+    """``settings`` with the warm-water loop's supply limit for the simulator's rack."""
+    limits = RackLimits(supply_limit_c=WARM_WATER_SUPPLY_LIMIT_C)
+    return replace(settings, racks={**settings.racks, RACK_NAME: limits})
+
+
+def _scenario(name: str, settings: PolicySettings) -> tuple[Scenario, PolicySettings]:
+    if name == "supply-drift-warm-water":
+        sc, _ = supply_drift_warm_water()
+        return sc, warm_water(settings)
+    return load_scenario(name), settings
+
+
 def synchronized_job_start() -> Scenario:
     """Every GPU of the rack from idle to full load at once: heating fast, but not at flat
     power (no shipped scenario has a whole rack start together)."""
@@ -195,14 +251,19 @@ def synchronized_job_start() -> Scenario:
 def ladder_rows(settings: PolicySettings) -> list[Row]:
     """The ladder against drain-only on the simulator's scenarios, as rows with targets."""
     rows: list[Row] = []
-    for name in HOLD_EVENTS + LOOP_EVENTS + ("pump-failure-cdu-silent",) + QUIET:
-        base = run_ladder(name, settings, caps=False)
-        cap = run_ladder(name, settings, caps=True)
+    names = HOLD_EVENTS + FACILITY_EVENTS + LOOP_EVENTS + ("pump-failure-cdu-silent",) + QUIET
+    for name in names:
+        sc, s = _scenario(name, settings)
+        base = run_ladder(sc, s, caps=False)
+        cap = run_ladder(sc, s, caps=True)
         avoided = base.slowdown_gpu_s - cap.slowdown_gpu_s
         rows.append(Row(f"{name}: slowdown GPU-s avoided by caps", avoided, "GPU-s"))
         ok: bool | None = None
+        target = ""
         if name in HOLD_EVENTS:
-            ok = cap.given_up_gpu_s < base.given_up_gpu_s
+            ok, target = cap.given_up_gpu_s < base.given_up_gpu_s, "< drain-only"
+        elif name in FACILITY_EVENTS:
+            ok, target = cap.given_up_gpu_s <= base.given_up_gpu_s, "<= drain-only"
         rows.append(
             Row(
                 f"{name}: capacity given up with caps",
@@ -210,17 +271,21 @@ def ladder_rows(settings: PolicySettings) -> list[Row]:
                 "GPU-s",
                 "drain-only",
                 base.given_up_gpu_s,
-                "< drain-only" if ok is not None else "",
+                target,
                 ok,
             )
         )
-        if name in HOLD_EVENTS:
+        if name in HOLD_EVENTS + FACILITY_EVENTS:
             label = f"{name}: slowdown GPU-s with caps"
             rows.append(
                 Row(label, cap.slowdown_gpu_s, "GPU-s", target="0", ok=not cap.slowdown_gpu_s)
             )
+        if name in FACILITY_EVENTS:
+            caps = len(cap.capped_gpus)
+            label = f"{name}: GPUs capped (the inlet limit drains; no cap moves the air)"
+            rows.append(Row(label, caps, "GPUs", target="0", ok=caps == 0))
         if name in LOOP_EVENTS or name == "pump-failure-cdu-silent":
-            end = float(load_scenario(name).duration_s) - (cap.onset_s or 0.0)
+            end = float(sc.duration_s) - (cap.onset_s or 0.0)
             stretched = cap.to_slowdown_s if cap.to_slowdown_s is not None else end
             was = base.to_slowdown_s
             ok_s = was is not None and stretched >= STRETCH * was
@@ -236,10 +301,10 @@ def ladder_rows(settings: PolicySettings) -> list[Row]:
                     ok_s,
                 )
             )
-            nodes = list(load_scenario(name).expect.drained_nodes)
+            nodes = list(sc.expect.drained_nodes)
             lead = cap.drain_lead_s(nodes)
             if cap.first_slowdown_s is None and all(n in cap.first_out for n in nodes):
-                lead = float(load_scenario(name).duration_s) - max(cap.first_out[n] for n in nodes)
+                lead = float(sc.duration_s) - max(cap.first_out[n] for n in nodes)
             rows.append(
                 Row(
                     f"{name}: every node drained before first slowdown, with caps",

@@ -206,6 +206,8 @@ class Daemon:
             raise StartupError(f"power_cap: {err}") from err
         if self.power_caps is not None:
             self.power_caps.on_record = self._publish_cap
+            if self.fleet is not None:  # the cluster cap budget and cap storm, via etcd
+                self.fleet.caps = self.power_caps.ladder
             self.metrics.registry.register(PowerCapCollector(self.power_caps.limiter.latest))
             self.metrics.registry.register(CapLadderCollector(self.power_caps))
         self.sources.runners.extend(

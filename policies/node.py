@@ -87,9 +87,8 @@ def judge_node(
     if warning:
         hot = least_margin([g for g in warning if not g.predicted] or warning)
         assert hot is not None
-        return Verdict(
-            Condition.WARNING, False, domain, wording.reason(hot, len(warning), domain, why, s)
-        ), hot
+        reason = wording.reason(hot, len(warning), domain, why, s)
+        return Verdict(Condition.WARNING, False, domain, reason, gpu_thermal=True), hot
     unfit = [
         g for g in known if g.full_load_margin is not None and g.full_load_margin < s.enter_margin_c
     ]
@@ -132,7 +131,7 @@ def _unfit(rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
         f"{REASON_PREFIX} {worst.subject} would be "
         f"{wording.below(worst.full_load_margin or 0.0)} slowdown at full power{more}{why}"
     )
-    return Verdict(Condition.WARNING, False, domain, reason)
+    return Verdict(Condition.WARNING, False, domain, reason, gpu_thermal=True)
 
 
 def _facility(

@@ -225,7 +225,7 @@ class Policy:
             for rk in {self.rack_of[n] for n in wanted}
         }
         if self.caps is not None:
-            self.cap_decisions = self._caps(self.caps, now, wall, wanted, gpus, evidence)
+            self.cap_decisions = self._caps(self.caps, now, wall, wanted, gpus, evidence, view)
         out = {}
         for n in wanted:
             rack = self.rack_of[n]
@@ -242,12 +242,14 @@ class Policy:
         wanted: list[str],
         gpus: dict[str, list[GpuView]],
         evidence: dict[str, RackEvidence],
+        view: ClusterView,
     ) -> list[CapDecision]:
         trackers = {n: self.tracker.nodes[n].gpus for n in wanted if n in self.tracker.nodes}
         references = {rk: self.tracker.rack[rk].reference(now) for rk in evidence}
         return caps.evaluate(
-            now, wall, gpus, trackers, self.rack_of, evidence, references, self.settings
-        )
+            now, wall, gpus, trackers, self.rack_of, evidence, references, self.settings,
+            others_w=view.capped_w, breaker_open=self.breaker.open,
+        )  # fmt: skip
 
     def _gpus(self, node: str, now: float) -> list[GpuView]:
         tracker = self.tracker.nodes.get(node)
@@ -336,11 +338,17 @@ class Policy:
 def held_by_cap(
     judged: Verdict, gpus: list[GpuView], held: frozenset[str], s: PolicySettings
 ) -> Verdict:
-    """A GPU or node WARNING that only capped GPUs (holding, above the enter margin) raise:
-    no drain while the cap holds (the first rung of the ladder stands in for it)."""
+    """A WARNING that only capped GPUs (holding, above the enter margin) raise: no drain
+    while the cap holds (the first rung of the ladder stands in for it).
+
+    Whatever the domain: a slow facility rise (coolant supply, inlet air) raises each
+    GPU's reference, and a cap that holds every hot GPU answers it. A facility rule
+    (a limit reached or forecast, lost flow, the signature), a leak or a followed peer
+    is never held: no GPU cap moves the room or the loop.
+    """
     if not held or judged.condition is not Condition.WARNING:
         return judged
-    if judged.domain not in (FaultDomain.GPU, FaultDomain.NODE) or judged.following:
+    if not judged.gpu_thermal or judged.following:
         return judged
     for g in gpus:
         hot = g.condition in HOT or (

@@ -12,18 +12,23 @@ Steady state: ``T = T_ref + R * P`` (policies/headroom.py). Per GPU at each eval
   ``P_cap = (slowdown - cap_margin_c - T_ref) / R_hi`` (the conservative bound of R)
   when ``min_w <= P_cap`` and it binds (below the enforced limit). While the cap holds
   (the forecast turned, or it is younger than ``settle_s``) the node's predicted-only
-  drain is held back (:meth:`CapLadder.holds`). It escalates (the drain goes ahead, the
-  cap stays) when the forecast has not turned within ``settle_s`` or ``P_cap`` would be
-  below the minimum.
+  GPU-thermal drain is held back (:meth:`CapLadder.holds`), whatever cause it names
+  (a slow supply or inlet rise raises T_ref); a facility limit's drain never is. It
+  escalates (the drain goes ahead, the cap stays) when the forecast has not turned
+  within ``settle_s`` or ``P_cap`` would be below the minimum.
 * **Undo.** Healthy (margin at or above the exit margin, no forecast breach, no fast
-  heating, flow present) for ``healthy_after_s``: raise by ``restore_step_w`` every
-  ``restore_every_s``, never above the limit enforced before rackguard capped. If the
-  enforced limit is not rackguard's (an admin changed it), the cap is released
-  without a set: left as found, said in the decision.
-* **Fleet.** New caps are withheld while the capped watts (before - limit, summed)
-  would exceed ``budget_w``, or while more than ``storm_nodes`` nodes were newly
-  capped within ``storm_window_s`` (one bad shared sensor must not cap a cluster).
-  Lost flow measured by the cooling unit bypasses both, as a critical exclusion does.
+  heating, flow present, the rack's supply and inlet not rising) for
+  ``healthy_after_s``: raise by ``restore_step_w`` every ``restore_every_s``, never
+  above the limit enforced before rackguard capped. If the enforced limit is not
+  rackguard's (an admin changed it), the cap is released without a set: left as
+  found, said in the decision.
+* **Fleet.** New caps are withheld while the capped watts (before - limit, summed over
+  this ladder's GPUs and the fleet's other nodes, ``ClusterView.capped_w``) would
+  exceed ``budget_w``, while more than ``storm_nodes`` nodes were newly capped within
+  ``storm_window_s`` (one bad shared sensor must not cap a cluster), or while the
+  storm breaker is open (a fleet's cap storm opens it: daemon/cluster/fleet.py).
+  Lost flow measured by the cooling unit bypasses all three, as a critical exclusion
+  bypasses the drain gates.
 
 Pure: views, trackers and ``now`` in; decisions out. The caller applies them and
 reports the limits it reads (:meth:`CapLadder.observe_limit`).
@@ -125,6 +130,8 @@ class CapLadder:
     dry_run: bool | None = None
     _capped_at: deque[tuple[float, str]] = field(default_factory=deque)
     _epoch: int = 0
+    _others_w: float = 0.0  # the fleet's other nodes' capped watts, at this evaluation
+    _breaker_open: bool = False
 
     def observe_limit(self, node: str, gpu: str, min_w: float, max_w: float) -> None:
         """NVML's constraints of a GPU (read by the caller, e.g. at each poll)."""
@@ -142,9 +149,13 @@ class CapLadder:
             if st.node == node and st.cause == "margin" and not st.escalated
         )
 
-    def capped_w(self) -> float:
-        """Watts given up to rackguard's caps, cluster-wide."""
-        return sum(st.before_w - st.limit_w for st in self.states.values())
+    def capped_w(self, node: str | None = None) -> float:
+        """Watts given up to this ladder's caps (of ``node`` only, when given)."""
+        return sum(
+            st.before_w - st.limit_w
+            for st in self.states.values()
+            if node is None or st.node == node
+        )
 
     def evaluate(
         self,
@@ -156,8 +167,13 @@ class CapLadder:
         evidence: Mapping[str, RackEvidence],
         references: Mapping[str, float | None],
         s: PolicySettings,
+        *,
+        others_w: float = 0.0,
+        breaker_open: bool = False,
     ) -> list[CapDecision]:
-        """The cap decisions at ``now`` for the nodes in ``views``."""
+        """The cap decisions at ``now`` for the nodes in ``views``; ``others_w``: the
+        fleet's other nodes' capped watts; ``breaker_open``: the storm breaker's state."""
+        self._others_w, self._breaker_open = others_w, breaker_open
         # Per rack, each fast-heating GPU's rate per watt (C/s/W): heat removal failing
         # heats every GPU of the loop at a rate ~ its power, so the ratios agree.
         per_watt: dict[str, list[float]] = {}
@@ -174,8 +190,12 @@ class CapLadder:
         out: list[CapDecision] = []
         for node, gpus in views.items():
             rack = rack_of[node]
-            loop = evidence[rack].loop if rack in evidence else None
+            ev = evidence.get(rack)
+            loop = ev.loop if ev is not None else None
             flow_lost = loop is not None and loop.flow_lost
+            # What the GPUs reject heat to still warming: a restore step now would be
+            # undone by the rise (cap, restore, cap ... while the supply or air climbs).
+            warming = ev is not None and (ev.loop.supply_rising or ev.air.rising)
             signature = fast.get(rack, 0) >= 2
             cause = ""
             if flow_lost:
@@ -187,7 +207,9 @@ class CapLadder:
                 t = trackers.get(node, {}).get(gpu)
                 if t is None:
                     continue
-                d = self._gpu(node, gpu, g, t, references.get(rack), cause, flow_lost, now, s)
+                d = self._gpu(
+                    node, gpu, g, t, references.get(rack), cause, flow_lost, warming, now, s
+                )
                 if d is not None:
                     out.append(self._stamp(d, wall, s))
         return out
@@ -203,6 +225,7 @@ class CapLadder:
         reference: float | None,
         loop_cause: str,
         measured: bool,
+        warming: bool,
         now: float,
         s: PolicySettings,
     ) -> CapDecision | None:
@@ -245,7 +268,7 @@ class CapLadder:
             return self._margin(node, gpu, g, t, st, lim, enforced, reference, now, s)
         if st is None:
             return None
-        healthy = g.margin >= s.exit_margin_c and g.fast_heating_c_per_s is None
+        healthy = g.margin >= s.exit_margin_c and g.fast_heating_c_per_s is None and not warming
         if not healthy:
             self.states[key] = replace(st, healthy_since=None)
             return None
@@ -387,7 +410,9 @@ class CapLadder:
     def _withheld(self, node: str, st: CapState | None, more_w: float) -> str:
         """Why a new cap may not be set now ("" = it may)."""
         c = self.settings
-        if st is None and self.capped_w() + more_w > c.budget_w:
+        if self._breaker_open:
+            return "storm breaker open"
+        if st is None and self.capped_w() + self._others_w + more_w > c.budget_w:
             return f"cap budget of {c.budget_w:.0f}W reached"
         nodes = {n for _, n in self._capped_at}
         if node not in nodes and len(nodes) >= c.storm_nodes:

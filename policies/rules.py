@@ -53,6 +53,9 @@ class Verdict:
     domain: FaultDomain = FaultDomain.NONE
     reason: str = ""  # the decision reason for a drain or exclusion
     following: str = ""
+    # Raised by GPU margins or forecasts (whatever the domain names as the cause),
+    # not by a facility rule, a leak or a peer: what a GPU's power cap can answer.
+    gpu_thermal: bool = False
 
 
 @dataclass(frozen=True, slots=True)

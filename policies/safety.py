@@ -71,6 +71,9 @@ class ClusterView:
     trips: tuple[Event, ...] = ()  # recent, oldest first
     resumes: tuple[Event, ...] = ()  # recent, oldest first
     total_nodes: int | None = None  # None: the nodes listed in ``racks``
+    # Watts given up to rackguard's power caps on the other nodes (the fleet's, via
+    # etcd; 0 elsewhere): counted against the cluster cap budget.
+    capped_w: float = 0.0
 
     @property
     def cluster_size(self) -> int:

@@ -5,9 +5,11 @@ Key layout under the prefix (default ``/rackguard/``)::
     drain/cluster/<i>        node   agent lease   one of the cluster budget's N slots
     drain/rack/<rack>/<j>    node   agent lease   a per-rack slot (node/GPU causes only)
     trip/<k>                 node   storm lease   one of the storm threshold's slots
+    trip/cap/<node>          node   storm lease   a node newly power-capped (the cap storm)
     breaker                  JSON   no lease      open until an operator resets it
     resume/<rack>/<i>        node   window lease  resumes_per_window slots per window
     cause/<rack>/<node>      JSON   agent lease   a rack-wide cause: the rack follows it
+    caps/<node>              JSON   agent lease   watts given up to rackguard's power caps
 
 A slot is claimed in one transaction that compares every key it writes as
 absent (and the breaker too): with every agent counting the same N slots, no
@@ -158,6 +160,27 @@ class Claims:
         """A critical exclusion counts toward the storm, unclaimed (it never waits)."""
         lease = await self.etcd.grant(math.ceil(b.storm_window_s))
         await self.etcd.put(self.key("trip", f"critical-{self.node}-{lease}"), self.node, lease)
+
+    async def put_caps(self, watts: float) -> None:
+        """This node's capped watts, for the cluster cap budget (none: the key goes)."""
+        key = self.key("caps", self.node)
+        if watts <= 0.0:
+            await self.etcd.txn([], [delete_op(key)])
+            return
+        await self.etcd.put(key, orjson.dumps({"watts": round(watts, 1)}), self._leased())
+
+    async def record_cap(self, storm_nodes: int, window_s: float) -> None:
+        """This node newly capped: counted once per window toward the fleet's cap storm,
+        after the fact (a cap never waits); above ``storm_nodes`` nodes the storm breaker
+        opens, for drains and caps alike."""
+        lease = await self.etcd.grant(math.ceil(window_s))
+        key = self.key("trip", "cap", self.node)
+        ok, _ = await self.etcd.txn([absent(key)], [put_op(key, self.node, lease)])
+        if not ok:
+            await self.etcd.revoke(lease)  # already counted in this window
+        (capped,) = await self._snapshot("trip/cap/")
+        if len(capped) > storm_nodes:
+            await self.open_breaker(len(capped))
 
     async def open_breaker(self, trips: int) -> None:
         """Open the fleet's storm breaker (once: the first writer's words stay)."""

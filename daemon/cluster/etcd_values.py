@@ -38,6 +38,12 @@ class Breaker(msgspec.Struct, frozen=True):
     by: str
 
 
+class Caps(msgspec.Struct, frozen=True):
+    """caps/<node>: the watts this node's GPUs give up to rackguard's power caps."""
+
+    watts: float
+
+
 class PublishedReading(msgspec.Struct, frozen=True):
     """One reading in a rack leader's publication; ``age``: seconds old when published."""
 
@@ -71,7 +77,7 @@ class Evidence(msgspec.Struct, frozen=True):
 T = TypeVar("T")
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {
-    t: msgspec.json.Decoder(t) for t in (Cause, Breaker, Evidence)
+    t: msgspec.json.Decoder(t) for t in (Cause, Breaker, Evidence, Caps)
 }
 
 

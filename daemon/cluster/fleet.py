@@ -8,6 +8,11 @@ Modes (docs/fleet.md):
   drains, resumes and the storm breaker, and rack-wide causes seen at once.
   With etcd unreachable it degrades to the scheduler view.
 
+Power caps (policies/power_cap.py) with etcd: each agent publishes its node's capped
+watts (``caps/<node>``); the others' sum is the view's ``capped_w``, counted against
+the cluster cap budget. A node newly capped counts toward the cap storm, which opens
+the fleet's storm breaker above the ladder's ``storm_nodes``.
+
 Critical exclusions are never held back: they are recorded (trip, cause) off the
 decision path, after the fact.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
@@ -25,11 +31,12 @@ from msgspec import UNSET
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.claims import Budgets, Grant
 from daemon.cluster.etcd import EtcdError
-from daemon.cluster.etcd_values import Breaker, Cause
+from daemon.cluster.etcd_values import Breaker, Caps, Cause
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.cluster.status import ClusterStatus, EtcdStatus, SchedulerViewStatus
 from policies.model import Action, FaultDomain
 from policies.policy import Outcome
+from policies.power_cap import CapLadder
 from policies.safety import (
     RACK_DOMAINS,
     BreakerState,
@@ -67,6 +74,9 @@ class Fleet:
         self.claims_refused = 0
         self._last_size = 1
         self._last_rack_size = 1
+        self.caps: CapLadder | None = None  # this node's cap rung, where [power_cap] is on
+        self._caps_sent: tuple[float, float] | None = None  # (watts, monotonic) submitted
+        self._capped = False  # this node under a cap of rackguard's at the last view
 
     @property
     def mode(self) -> str:
@@ -140,7 +150,49 @@ class Fleet:
             if all(r.node != holder for r in base.resumes):
                 resumes.append(Event(holder, rack, self.etcd.seen_at.get(kv.key, now)))
         # The storm is counted in etcd (trip slots, the breaker key): no local trips.
-        return replace(base, out=MappingProxyType(out), trips=(), resumes=tuple(resumes))
+        return replace(
+            base,
+            out=MappingProxyType(out),
+            trips=(),
+            resumes=tuple(resumes),
+            capped_w=self._fleet_caps(self.etcd, now),
+        )
+
+    def _fleet_caps(self, agent: EtcdAgent, now: float) -> float:
+        """The other nodes' capped watts; this node's own published when it changed."""
+        others, mine = 0.0, 0.0
+        under = agent.claims.key("caps", "")
+        for kv in agent.under("caps", ""):
+            holder = agent.values.key_part(kv, kv.key.removeprefix(under), "caps")
+            body = agent.values.decode(kv, Caps, "caps")
+            if holder is None or body is None:
+                continue
+            if not math.isfinite(body.watts) or body.watts < 0.0:
+                agent.values.bad_value(kv, "caps", f"not a wattage: {body.watts!r}")
+                continue
+            if holder == self.node:
+                mine = body.watts
+            else:
+                others += body.watts
+        if self.caps is not None:
+            self._publish_caps(agent, mine, now)
+        return others
+
+    def _publish_caps(self, agent: EtcdAgent, shown: float, now: float) -> None:
+        assert self.caps is not None
+        watts = round(self.caps.capped_w(self.node), 1)
+        capped = watts > 0.0
+        if capped and not self._capped:
+            c = self.caps.settings
+            agent.submit(lambda: _quiet(agent.claims.record_cap(c.storm_nodes, c.storm_window_s)))
+        self._capped = capped
+        if abs(watts - shown) < 1.0:
+            return
+        sent = self._caps_sent
+        if sent is not None and abs(sent[0] - watts) < 1.0 and now - sent[1] < _RESEND_S:
+            return  # submitted, not yet mirrored back
+        self._caps_sent = (watts, now)
+        agent.submit(lambda: _quiet(agent.claims.put_caps(watts)))
 
     def breaker(self, current: BreakerState, now: float) -> BreakerState:
         """With etcd up, the breaker is the fleet's key; otherwise this agent's own."""
@@ -246,6 +298,9 @@ def _with_own(base: ClusterView, local: ClusterView, node: str, rack: str) -> Cl
     if total is not None and not any(node in ns for ns in base.racks.values()):
         total += 1
     return ClusterView(MappingProxyType(racks), MappingProxyType(out), trips, resumes, total)
+
+
+_RESEND_S = 5.0  # a published cap wattage not mirrored back by then is sent again
 
 
 async def _quiet(job: object) -> None:

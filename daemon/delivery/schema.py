@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 APPLICATION_ID = 0x5247_4F42  # "RGOB": this file is a rackguard outbox
 
 # Version 1. Version 0 is the unversioned schema of the first releases: the same
@@ -107,6 +107,18 @@ _TABLES_V5 = (
     PRIMARY KEY (node, gpu)
 )""",
 )
+# Version 6: the cap log (daemon/service/power_cap.py). One row per cap, restore or
+# release applied (or refused), shown in the decision log beside drains and overrides.
+_TABLES_V6 = (
+    """CREATE TABLE IF NOT EXISTS cap_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    node TEXT NOT NULL,
+    action TEXT NOT NULL,
+    body BLOB NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS cap_log_at ON cap_log (at)",
+)
 _OUR_TABLES = {
     "decisions",
     "overrides",
@@ -115,6 +127,7 @@ _OUR_TABLES = {
     "notice_jobs",
     "steering",
     "power_caps",
+    "cap_log",
 }
 
 
@@ -149,6 +162,11 @@ def _migrate_4_to_5(db: sqlite3.Connection, tables: set[str]) -> None:
         db.execute(statement)
 
 
+def _migrate_5_to_6(db: sqlite3.Connection, tables: set[str]) -> None:
+    for statement in _TABLES_V6:
+        db.execute(statement)
+
+
 # MIGRATIONS[v] takes a database at version v to v + 1.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
     _migrate_0_to_1,
@@ -156,4 +174,5 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection, set[str]], None], ...] = (
     _migrate_2_to_3,
     _migrate_3_to_4,
     _migrate_4_to_5,
+    _migrate_5_to_6,
 )

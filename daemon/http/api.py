@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 import orjson
 from aiohttp import web
+from msgspec import UNSET
 from multidict import MultiMapping
 
 from daemon.delivery.outbox import StorageError
@@ -60,6 +61,11 @@ SSE_HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing an idle stre
 _OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 
 
+def _no_caps() -> NodePowerCaps:
+    """[power_cap] off: no GPUs, no decisions."""
+    return NodePowerCaps("", False, [], [])
+
+
 @dataclass(frozen=True, slots=True)
 class ApiContext:
     """What the handlers may use: the read-only view, one writer (overrides), the limits."""
@@ -75,7 +81,7 @@ class ApiContext:
     # This node's name and its steering (None where the scheduler has no node setting).
     steering: Callable[[], tuple[str, SteeringStatus | None]] = lambda: ("", None)
     # This node's power caps (daemon/http/power_caps.py).
-    power_caps: Callable[[], NodePowerCaps] = lambda: NodePowerCaps("", False, [], [])
+    power_caps: Callable[[], NodePowerCaps] = _no_caps
 
 
 class _Streams:
@@ -172,23 +178,24 @@ class StateBody:
         self._generation = -1
         self._built = 0.0
 
-    def get(self, view: ServiceView) -> bytes:
+    def get(self, view: ServiceView, caps: Callable[[], NodePowerCaps] = _no_caps) -> bytes:
         """The current body, from the cache when it is fresh enough."""
         now = self._clock()
         gen = view.generation
         if gen != self._generation or now - self._built > self.max_age_s:
-            self._body = bodies.encode(_state_body(view, now))
+            self._body = bodies.encode(_state_body(view, now, caps()))
             self._generation, self._built = gen, now
         return self._body
 
 
 async def state(request: web.Request) -> web.Response:
     """Every series' latest value, unit, quality and age, and each source's health."""
-    body = request.app[_STATE_BODY].get(request.app[_CTX].view)
+    ctx = request.app[_CTX]
+    body = request.app[_STATE_BODY].get(ctx.view, ctx.power_caps)
     return web.Response(body=body, content_type=JSON)
 
 
-def _state_body(view: ServiceView, now: float) -> bodies.State:
+def _state_body(view: ServiceView, now: float, caps: NodePowerCaps) -> bodies.State:
     outcome = view.outcome
     node = view.config.node
     return bodies.State(
@@ -206,6 +213,7 @@ def _state_body(view: ServiceView, now: float) -> bodies.State:
         },
         series=[_series(view, r, now) for r in view.readings()],
         scheduler=view.scheduler_state(),
+        power_caps=caps.gpus if caps.enabled else UNSET,
     )
 
 
@@ -277,7 +285,7 @@ async def page_initial(request: web.Request) -> bytes | None:
     return b"".join(
         (
             b'{"state":',
-            request.app[_STATE_BODY].get(view),
+            request.app[_STATE_BODY].get(view, request.app[_CTX].power_caps),
             b',"assessments":',
             assess,
             b',"decisions":',

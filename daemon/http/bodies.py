@@ -26,6 +26,7 @@ from daemon.cluster.status import ClusterStatus
 from daemon.delivery.outbox import Status
 from daemon.delivery.overrides import AuditEntry
 from daemon.poller import Health as SourceHealthState
+from daemon.service.power_cap import CapRecord, GpuCap
 from policies.codec import assessment_wire, decision_wire, schema_components, to_data
 from policies.model import Action, Assessment, Condition, Decision, Quality, SensorKind
 from policies.safety import Pin
@@ -131,6 +132,9 @@ class State:
     sources: dict[str, SourceHealth]
     series: list[Series]
     scheduler: SchedulerState | UnsetType = UNSET  # absent before the service wired it
+    # Per GPU: the enforced limit, a cap below the default and who set it (rackguard or
+    # another actor); absent while [power_cap] is off.
+    power_caps: list[GpuCap] | UnsetType = UNSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +172,10 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class LogItem:
-    """One entry of the decision log: a decision (and its delivery) or an audited override."""
+    """One entry of the decision log: a decision (and its delivery), a power cap change
+    (cap, restore, or release of a limit another actor changed) or an audited override."""
 
-    kind: Literal["decision", "override"]
+    kind: Literal["decision", "override", "cap"]
     id: int
     at: UnixTime
     node: str
@@ -179,6 +184,7 @@ class LogItem:
     delivery: Delivery | UnsetType = UNSET  # a decision's
     actor: str | UnsetType = UNSET  # an override's
     override: dict[str, Any] | UnsetType = UNSET  # an override's audit record, as written
+    cap: CapRecord | UnsetType = UNSET  # a power cap change's: GPU, watts, who set it, why
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""The decision log: decisions (from the outbox) and operator overrides (the audit), newest first.
+"""The decision log, newest first: decisions (from the outbox), power cap changes (the
+cap log) and operator overrides (the audit).
 
 Paged with a cursor — the (time, kind, id) of the last item returned —
 so a page boundary never skips or repeats an entry while new ones arrive.
@@ -11,20 +12,23 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
+from msgspec import UNSET, UnsetType
 
 from daemon.delivery.deliverer import confirmed_by
 from daemon.http.bodies import Delivery, LogItem
+from daemon.service.power_cap import CapRecord
 
 MAX_LIMIT = 500
 # The (time, kind, id) of the last entry returned, readable. Every string of this
 # pattern is a position in the log, so every one is accepted: a client needs
 # nothing but the pattern to know what the server takes.
 CURSOR_PATTERN = (
-    r"^-?[0-9]{1,20}(\.[0-9]{1,20})?(e[+-]?[0-9]{1,3})?_(decision|override)_[0-9]{1,18}$"
+    r"^-?[0-9]{1,20}(\.[0-9]{1,20})?(e[+-]?[0-9]{1,3})?_(decision|override|cap)_[0-9]{1,18}$"
 )
 _CURSOR = re.compile(
-    r"(?P<at>-?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?)_(?P<kind>decision|override)_(?P<id>[0-9]+)"
+    r"(?P<at>-?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?)_(?P<kind>decision|override|cap)_(?P<id>[0-9]+)"
 )
 
 
@@ -38,7 +42,7 @@ class LogQuery:
 
     node: str | None = None
     action: str | None = None
-    kind: str | None = None  # "decision" or "override"
+    kind: str | None = None  # "decision", "override" or "cap"
     since: float | None = None
     until: float | None = None
     limit: int = 100
@@ -65,6 +69,9 @@ FROM decisions
 UNION ALL
 SELECT 'override', id, at, node, action, body, '', 0, '', '', actor, NULL
 FROM audit
+UNION ALL
+SELECT 'cap', id, at, node, action, body, '', 0, '', '', '', NULL
+FROM cap_log
 """
 
 
@@ -106,7 +113,18 @@ def _item(row: tuple[Any, ...]) -> LogItem:
     data = orjson.loads(body)
     if kind == "override":
         return LogItem(kind, ident, at, node, action, actor=who, override=data)
+    if kind == "cap":
+        return LogItem(kind, ident, at, node, action, cap=_cap(data))
     delivery = Delivery(
         status, attempts, last_error, outcome, who, done, confirmed_by(status, outcome)
     )
     return LogItem(kind, ident, at, node, action, decision=data, delivery=delivery)
+
+
+def _cap(data: Any) -> CapRecord | UnsetType:
+    """A cap log row's record; one this version cannot read (a newer version's, changed)
+    is listed without it rather than failing the page."""
+    try:
+        return msgspec.convert(data, CapRecord)
+    except msgspec.ValidationError:
+        return UNSET

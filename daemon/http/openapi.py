@@ -240,7 +240,7 @@ OPENAPI: dict[str, Any] = {
         "/v1/decisions": {
             "get": _read(
                 "listDecisions",
-                "The decision log (decisions and audited overrides), newest first",
+                "The decision log (decisions, power cap changes, audited overrides), newest first",
                 {
                     "200": {**_json(_ref("DecisionLog"), "one page"), "links": _NEXT_PAGE},
                     "400": _error("a parameter out of its schema"),

@@ -39,9 +39,11 @@ _Time = Annotated[
         description="Unix seconds, or RFC 3339 with its offset (2026-12-05T01:00:00Z)",
     ),
 ]
-# The actions in the log: a decision's (policies.model.Action) or an override's.
+# The actions in the log: a decision's (policies.model.Action), a power cap change's
+# (policies.power_cap.CapAction) or an override's.
 LogAction = Literal[
     "drain", "exclude", "resume",
+    "cap", "restore", "release",
     "pin", "unpin", "pause_predictive", "resume_predictive", "reset_storm",
 ]  # fmt: skip
 _EventId = Annotated[int, Meta(ge=0, le=MAX_EVENT_ID)]
@@ -55,8 +57,11 @@ class DecisionQuery(msgspec.Struct, frozen=True, kw_only=True):
     """GET /v1/decisions' query."""
 
     node: _Node | None = None
-    action: Annotated[LogAction, Meta(description="a decision's or an override's")] | None = None
-    kind: Literal["decision", "override"] | None = None
+    action: (
+        Annotated[LogAction, Meta(description="a decision's, a cap change's or an override's")]
+        | None
+    ) = None
+    kind: Literal["decision", "override", "cap"] | None = None
     since: (
         Annotated[_Time, Meta(description="entries at or after it: Unix seconds or RFC 3339")]
         | None

@@ -20,8 +20,10 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final
+
+import orjson
 
 from adapters.sensors.power_limit import GpuLimit, PowerLimitError
 from daemon.config import Config
@@ -53,9 +55,16 @@ class CapRecord:
     at: float
     gpu: str
     action: str  # cap, restore or release
-    watts: float
+    watts: float  # the limit set (release: the limit found, left as it is)
     reason: str
     dry_run: bool
+    node: str = ""
+    before_w: float = 0.0  # the limit before rackguard capped: never restored above it
+    set_by: str = "rackguard"  # release: "other", the actor whose limit was found
+    error: str = ""  # the set was refused (NVML, the helper): nothing applied
+
+
+KEEP_CAP_LOG_ROWS: Final = 10_000
 
 
 _UPSERT: Final = (
@@ -136,10 +145,11 @@ class PowerCaps:
             await self.apply(self._queue.get_nowait())
 
     async def apply(self, d: CapDecision) -> None:
-        """Set (or, for RELEASE, only forget) one GPU's limit and keep the row in step."""
+        """Set (or, for RELEASE, only forget) one GPU's limit and keep the rows in step."""
         if d.action is CapAction.RELEASE:
             log.warning("%s: %s", self.node, d.reason)
             await self._delete(d.gpu)
+            await self._log(_record(d))
             return
         state = self.ladder.states.get((d.node, d.gpu))
         if d.action is CapAction.CAP and state is not None:
@@ -157,6 +167,7 @@ class PowerCaps:
             self.ladder.states.pop((d.node, d.gpu), None)
             await self._delete(d.gpu)
             log.error("%s: gpu%s: power limit %.0fW not set: %s", self.node, d.gpu, d.watts, err)
+            await self._log(replace(_record(d), error=str(err)))
             return
         verb = "would set" if d.dry_run else "set"
         log.info("%s: %s gpu%s power limit %.0fW: %s", self.node, verb, d.gpu, d.watts, d.reason)
@@ -165,6 +176,7 @@ class PowerCaps:
                 await self._delete(d.gpu)
             else:
                 await self._save(state)
+        await self._log(_record(d))
 
     async def run(self, interval_s: float) -> None:
         """Read limits and apply decisions every ``interval_s`` until cancelled."""
@@ -227,13 +239,29 @@ class PowerCaps:
         )  # fmt: skip
         await self._store.write(lambda db: db.execute(_UPSERT, params))
 
+    async def _log(self, r: CapRecord) -> None:
+        """A row of the cap log (shown in GET /v1/decisions), the oldest beyond the kept."""
+        row = (r.at, r.node or self.node, r.action, orjson.dumps(r))
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("INSERT INTO cap_log (at, node, action, body) VALUES (?, ?, ?, ?)", row)
+            db.execute(
+                "DELETE FROM cap_log WHERE id <= (SELECT MAX(id) FROM cap_log) - ?",
+                (KEEP_CAP_LOG_ROWS,),
+            )
+
+        await self._store.write(write)
+
     async def _delete(self, gpu: str) -> None:
         sql = "DELETE FROM power_caps WHERE node = ? AND gpu = ?"
         await self._store.write(lambda db: db.execute(sql, (self.node, gpu)))
 
 
 def _record(d: CapDecision) -> CapRecord:
-    return CapRecord(d.at, d.gpu, d.action.value, d.watts, d.reason, d.dry_run)
+    set_by = "other" if d.action is CapAction.RELEASE else "rackguard"
+    return CapRecord(
+        d.at, d.gpu, d.action.value, d.watts, d.reason, d.dry_run, d.node, d.before_w, set_by
+    )
 
 
 def build_power_caps(

@@ -8,11 +8,13 @@ from types import MappingProxyType
 
 import pytest
 
-from bench.cap_scoring import run_ladder, synchronized_job_start
+from bench.cap_scoring import run_ladder, supply_drift_warm_water, synchronized_job_start
 from fakes.sim.scenario import parse_scenario
-from policies.model import Quality, Reading, SensorKind
-from policies.policy import Policy
+from policies.gpu import GpuView
+from policies.model import Condition, FaultDomain, Quality, Reading, SensorKind
+from policies.policy import Policy, held_by_cap
 from policies.power_cap import CapAction, CapLadder, CapSettings, CapState
+from policies.rules import Verdict
 from policies.safety import ClusterLedger
 from policies.settings import PolicySettings
 
@@ -164,3 +166,65 @@ def test_power_cap_signature_needs_heating_in_proportion_to_power() -> None:
     assert _common_cause([0.6 / 700, 0.55 / 690, 0.2 / 250]) == 3  # one cause, ~ power
     assert _common_cause([0.6 / 700, 0.6 / 70]) == 1  # an idle GPU heating as fast: not it
     assert _common_cause([0.001]) == 1
+
+
+def test_power_cap_slow_supply_rise_held_by_caps_until_the_loop_limit_drains() -> None:
+    """A warm-water loop drifting up: drain-only drains on a GPU forecast (the loop named
+    as the cause); the ladder caps every GPU instead and drains only when the loop's own
+    limit is forecast, with no GPU at slowdown and no restore while the supply climbs."""
+    sc, s = supply_drift_warm_water()
+    drain_only = run_ladder(sc, s, caps=False)
+    run = run_ladder(sc, s, caps=True)
+    first = min(drain_only.first_out.values())
+    [why] = [line for t, line in drain_only.log if t == first and "following" not in line]
+    assert "near slowdown" in why and "cooling loop" in why
+    assert len(run.capped_gpus) == 32
+    assert run.slowdown_gpu_s == 0 and drain_only.slowdown_gpu_s > 0
+    assert set(run.first_out) == set(sc.expect.drained_nodes)
+    outs = [line for _, line in run.log if ": drain" in line]
+    assert outs and all("coolant supply of rack-sim nearing its limit" in x for x in outs)
+    assert min(run.first_out.values()) > first + 300  # the cap bought minutes of service
+    assert run.given_up_gpu_s < drain_only.given_up_gpu_s
+    # Restored only once the supply stopped rising (t=2040 s), and never capped again.
+    restores = [t for t, line in run.log if "restore" in line]
+    plateau = 120 + 16 / 0.5 * 60
+    assert restores and min(restores) > plateau
+    assert not [t for t, line in run.log if ": cap " in line and t > min(restores)]
+
+
+def test_power_cap_crac_slow_inlet_allowable_drains_as_without_caps() -> None:
+    """A room warming toward the A1 allowable: the drain is the inlet limit's, which no GPU
+    cap moves; the ladder neither caps nor holds it back."""
+    run = run_ladder("crac-slow", S, caps=True)
+    assert run.capped_gpus == set()
+    assert set(run.first_out) == {"gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"}
+    drains = [line for _, line in run.log if ": drain" in line]
+    assert drains and all("inlet air of rack-sim nearing its limit" in x for x in drains)
+    assert any("inlet air of rack-sim at or above its limit" in x for _, x in run.log)
+
+
+def _view(margin: float, *, predicted: bool) -> GpuView:
+    cond = Condition.WARNING if predicted or margin <= S.enter_margin_c else Condition.OK
+    return GpuView("gpu0", 0.0, cond, S, 80.0, 90.0, margin, predicted=predicted, at_risk=predicted)
+
+
+@pytest.mark.parametrize("domain", [FaultDomain.GPU, FaultDomain.RACK, FaultDomain.COOLING_LOOP])
+def test_power_cap_holds_a_gpu_thermal_drain_whatever_the_named_cause(
+    domain: FaultDomain,
+) -> None:
+    gpu = Verdict(Condition.WARNING, False, domain, "rackguard: gpu0 ...", gpu_thermal=True)
+    held = held_by_cap(gpu, [_view(10.0, predicted=True)], frozenset({"gpu0"}), S)
+    assert held.condition is Condition.OK
+    # Not held: the GPU at the enter margin (the cap did not hold), or not capped.
+    assert (
+        held_by_cap(gpu, [_view(S.enter_margin_c, predicted=False)], frozenset({"gpu0"}), S) == gpu
+    )
+    assert held_by_cap(gpu, [_view(10.0, predicted=True)], frozenset(), S) == gpu
+
+
+def test_power_cap_never_holds_a_facility_rule_or_a_followed_peer() -> None:
+    views, held = [_view(10.0, predicted=True)], frozenset({"gpu0"})
+    facility = Verdict(Condition.WARNING, False, FaultDomain.RACK, "rackguard: inlet air ...")
+    assert held_by_cap(facility, views, held, S) == facility
+    peer = Verdict(Condition.WARNING, False, FaultDomain.RACK, "x", "n2", gpu_thermal=True)
+    assert held_by_cap(peer, views, held, S) == peer

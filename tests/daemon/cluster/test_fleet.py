@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -29,6 +31,7 @@ from policies.model import (
     idempotency_key,
 )
 from policies.policy import NodeView, Outcome
+from policies.power_cap import CapLadder, CapSettings, CapState
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterView
 from policies.settings import PolicySettings
@@ -62,6 +65,16 @@ async def fleet_agent(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await agent.close()
+
+
+@contextlib.asynccontextmanager
+async def two_racks(url: str, prefix: str) -> AsyncIterator[tuple[Fleet, Fleet]]:
+    """Agents a1 (rack a) and b1 (rack b), on leases that outlive a test."""
+    async with (
+        fleet_agent(url, "a1", "a", prefix, ttl=30) as one,
+        fleet_agent(url, "b1", "b", prefix, ttl=30) as two,
+    ):
+        yield one, two
 
 
 def local(node: str) -> ClusterView:
@@ -208,3 +221,80 @@ async def test_a_hostile_gateway_degrades_the_agent_never_crashes_it(answer: byt
             await task
         await agent.close()
         await runner.cleanup()
+
+
+async def test_power_cap_watts_shared_through_the_fleet_count_against_the_budget(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with two_racks(etcd_server.url, prefix) as (one, two):
+        assert one.etcd is not None and two.etcd is not None
+        one.caps = CapLadder(CapSettings(budget_w=500.0))
+        one.caps.restore(CapState("a1", "0", 300.0, 700.0, 0.0, "margin"))  # 400 W given up
+        two.caps = CapLadder(CapSettings(budget_w=500.0))
+
+        def seen_by_two() -> float:
+            one.view(local("a1"), time.monotonic())  # each evaluation publishes its own
+            return two.view(local("b1"), time.monotonic()).capped_w
+
+        await wait_until(lambda: seen_by_two() == 400.0, what="a1's capped watts at b1")
+        assert one.view(local("a1"), time.monotonic()).capped_w == 0.0  # its own not counted
+        # b1's ladder, given that view: a 200 W cap would pass the 500 W cluster budget.
+        two.caps._others_w = seen_by_two()
+        assert two.caps._withheld("b1", None, 200.0) == "cap budget of 500W reached"
+        assert two.caps._withheld("b1", None, 50.0) == ""
+        # a1 newly capped counted once toward the cap storm.
+        await wait_until(
+            lambda: one.etcd is not None and one.etcd.get("trip", "cap", "a1") is not None,
+            what="a1's cap trip",
+        )
+        # Restored: a1's watts leave the budget.
+        one.caps.states.clear()
+        await wait_until(lambda: seen_by_two() == 0.0, what="a1's caps gone at b1")
+        # A hostile value (another tenant's write, a peer's bug) counts nothing.
+        for junk in (b'{"watts": -5}', b"not json", b'{"watts": "many"}'):
+            await two.etcd.etcd.put(two.etcd.claims.key("caps", "x9"), junk)
+            await wait_until(partial(_is_mirrored, two, "x9", junk), what="junk mirrored")
+            assert seen_by_two() == 0.0
+        assert two.etcd.values.bad["caps"] >= 3
+
+
+async def test_power_cap_ladder_withholds_new_caps_while_the_breaker_is_open() -> None:
+    ladder = CapLadder(CapSettings())
+    ladder._breaker_open = True
+    assert ladder._withheld("n1", None, 100.0) == "storm breaker open"
+
+
+def _is_mirrored(fleet: Fleet, node: str, value: bytes) -> bool:
+    kv = fleet.etcd.get("caps", node) if fleet.etcd is not None else None
+    return kv is not None and kv.value == value
+
+
+async def test_power_cap_storm_opens_the_fleet_breaker_above_storm_nodes(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with two_racks(etcd_server.url, prefix) as (one, two):
+        assert one.etcd is not None and two.etcd is not None
+        claims = (one.etcd.claims, two.etcd.claims)
+        await claims[0].record_cap(storm_nodes=1, window_s=600.0)
+        await claims[0].record_cap(storm_nodes=1, window_s=600.0)  # one node counts once
+        assert await _values(one, "trip/cap/") == [b"a1"]
+        assert await _values(one, "breaker") == []
+        await claims[1].record_cap(storm_nodes=1, window_s=600.0)  # a second node: a storm
+        assert [orjson.loads(v) for v in await _values(one, "breaker")] == [
+            {"trips": 2, "by": "b1"}
+        ]
+        # Open for drains too; the cap trips are not drain trip slots.
+        why = await one.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU))
+        assert "storm breaker open fleet-wide (2 trips, opened by b1)" in why
+        await claims[1].reset_breaker()  # an operator's reset clears the cap trips as well
+        assert await _values(one, "trip/cap/") == []
+        await claims[0].put_caps(400.0)
+        assert [orjson.loads(v) for v in await _values(one, "caps/")] == [{"watts": 400.0}]
+        await claims[0].put_caps(0.0)
+        assert await _values(one, "caps/") == []
+
+
+async def _values(fleet: Fleet, under: str) -> list[bytes]:
+    assert fleet.etcd is not None
+    kvs, _ = await fleet.etcd.claims.etcd.get_prefix(fleet.etcd.claims.key(under))
+    return sorted(kv.value for kv in kvs)

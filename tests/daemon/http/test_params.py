@@ -30,7 +30,7 @@ def test_the_document_shows_the_bounds_the_handler_decodes_with() -> None:
     shown = _decisions_parameters()
     assert set(shown) == {f.name for f in msgspec.structs.fields(DecisionQuery)}
     assert shown["limit"] == {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}
-    assert shown["kind"] == {"enum": ["decision", "override"]}
+    assert shown["kind"] == {"enum": ["cap", "decision", "override"]}
     assert shown["since"]["pattern"] == TIME_PATTERN
     assert "pattern" in shown["cursor"] and "pattern" in shown["node"]
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
+from msgspec import UNSET, UnsetType
 from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.schedulers.webhook.sink import WebhookSink
@@ -16,12 +18,14 @@ from daemon.app import Daemon
 from daemon.config import parse_config
 from daemon.delivery.outbox import DecisionStore
 from daemon.http.cap_ladder_metrics import CapLadderCollector
+from daemon.http.decision_log import LogQuery, page
 from daemon.service.power_cap import PowerCaps
 from daemon.service.power_limit import WatchedLimiter
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
 from policies.power_cap import CapAction, CapDecision, CapLadder, CapState
 from tests.support.daemon_harness import config_text
+from tests.support.openapi import check
 from tests.support.scrape import scrape_text
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
 from tests.support.wait import wait_until
@@ -98,6 +102,12 @@ async def test_power_cap_refused_limit_forgets_the_cap_so_the_drain_goes_ahead(
         assert await _caps(store, fake).load() == 0
         text = _scrape(caps)
         assert "rackguard_gpu_power_cap_failures_total 1.0" in text
+        [(action, body)] = await store.query(
+            lambda db: db.execute("SELECT action, body FROM cap_log").fetchall()
+        )
+        record = orjson.loads(body)
+        assert action == "cap" and (record["watts"], record["set_by"]) == (300.0, "rackguard")
+        assert "NVML_ERROR_NO_PERMISSION" in record["error"]  # refused: shown, not applied
         await caps.limiter.close()
     finally:
         store.close()
@@ -184,7 +194,56 @@ async def test_power_cap_daemon_restarted_over_its_cap_carries_on_then_sees_an_a
         assert fake.gpus[2].power_limit_w == 500.0  # left as the admin set it
         text_metrics = await scrape_text(daemon.api_port)
         assert 'rackguard_gpu_power_cap_set_by{gpu="2",set_by="other"} 1.0' in text_metrics
+        # Seen everywhere: the decision log holds the cap (from the run before) and the
+        # release, newest first; /v1/state shows the limit, the cap and who set it.
+        log = await _get(daemon.api_port, "/v1/decisions?kind=cap")
+        check("DecisionLog", log)  # the OpenAPI document's own schema
+        rows = [(i["kind"], i["action"], i["cap"]["gpu"], i["cap"]["set_by"]) for i in log["items"]]
+        assert rows == [("cap", "release", "2", "other"), ("cap", "cap", "2", "rackguard")]
+        release, cap = (i["cap"] for i in log["items"])
+        assert (release["watts"], release["before_w"], release["node"]) == (500.0, 700.0, NODE)
+        assert (cap["watts"], cap["before_w"], cap["error"]) == (450.0, 700.0, "")
+        assert "not rackguard's" in release["reason"]
+        only = await _get(daemon.api_port, "/v1/decisions?action=release")
+        assert [i["action"] for i in only["items"]] == ["release"]
+        state = await _get(daemon.api_port, "/v1/state")
+        check("State", state)
+        gpu2 = state["power_caps"][2]
+        assert (gpu2["gpu"], gpu2["enforced_w"], gpu2["cap_w"], gpu2["set_by"]) == (
+            2, 500.0, 500.0, "other",
+        )  # fmt: skip
+        assert [g["set_by"] for g in state["power_caps"]].count("") == len(fake.gpus) - 1
     finally:
         daemon.stop()
         await asyncio.wait_for(task, 5)
         await receiver.stop()
+
+
+async def test_power_cap_log_rows_paged_with_decisions_and_unreadable_ones_listed_bare(
+    tmp_path: Path,
+) -> None:
+    store = DecisionStore(tmp_path / "o.sqlite3")
+    try:
+        rows = [
+            (10.0, NODE, "cap", b'{"at":10.0,"gpu":"3","action":"cap","watts":450.0,'
+             b'"reason":"rackguard: t","dry_run":false,"node":"gpu-node-02","future":1}'),
+            (20.0, NODE, "restore", b'{"at":20.0,"gpu":"3","watts":"not watts"}'),
+            (30.0, NODE, "release", b'{"at":30.0,"gpu":"3","action":"release","watts":500.0,'
+             b'"reason":"rackguard: other","dry_run":false}'),
+        ]  # fmt: skip
+        await store.write(
+            lambda db: db.executemany(
+                "INSERT INTO cap_log (at, node, action, body) VALUES (?, ?, ?, ?)", rows
+            )
+        )
+        first, cursor = await store.query(lambda db: page(db, LogQuery(kind="cap", limit=2)))
+        assert [(i.action, i.at) for i in first] == [("release", 30.0), ("restore", 20.0)]
+        assert first[1].cap is UNSET  # a row this version cannot read: listed, not a 500
+        assert cursor is not None and cursor.endswith("_cap_2")
+        rest, end = await store.query(lambda db: page(db, LogQuery(cursor=cursor)))
+        assert [i.action for i in rest] == ["cap"] and end is None
+        cap = rest[0].cap
+        assert not isinstance(cap, UnsetType)  # an older row: the new fields defaulted
+        assert (cap.watts, cap.set_by, cap.before_w, cap.error) == (450.0, "rackguard", 0.0, "")
+    finally:
+        store.close()
