@@ -14,6 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from functools import lru_cache
 from itertools import combinations
+from operator import is_
 from typing import Final
 
 from policies.kernel.buckets import Bucket
@@ -115,12 +116,15 @@ class SortedSlopes:
     def _moved(self, run: list[Bucket]) -> int:
         """How many kept buckets ``run`` has left behind; -1 if it is not a later state of them."""
         kept = self._buckets
-        first = run[0]
-        drop = next((i for i, b in enumerate(kept) if b is first), len(kept))
-        later = drop < len(kept) and len(kept) - drop <= len(run)
-        later = later and all(a is b for a, b in zip(kept[drop:], run, strict=False))
+        # The identity checks run in C (list.index stops at the same bucket, or at an
+        # equal one, which the identity test then refuses): asked at every bucket close.
+        try:
+            drop = kept.index(run[0])
+        except ValueError:
+            return -1
+        later = kept[drop] is run[0] and len(kept) - drop <= len(run)
         # Not a later state of the kept run (a restart, a trimmed window): afresh.
-        return drop if later else -1
+        return drop if later and all(map(is_, kept[drop:], run)) else -1
 
     def of(self, run: list[Bucket]) -> list[float]:
         """The sorted pairwise slopes of ``run`` (consecutive buckets of one window, oldest first).
@@ -133,14 +137,13 @@ class SortedSlopes:
             kept, slopes = [], []
             self._buckets, self._slopes = kept, slopes
         else:
-            n = len(kept)
             for i in range(drop):
                 a = kept[i]
                 t, y = a.t, a.value
-                for j in range(i + 1, n):
-                    b = kept[j]
-                    if b.t > t:
-                        del slopes[bisect_left(slopes, (b.value - y) / (b.t - t))]
+                # A dropped bucket's pairs, in pair order: each found by bisection and
+                # deleted (the first equal slope), one C call each.
+                for gone in [(b.value - y) / (b.t - t) for b in kept[i + 1 :] if b.t > t]:
+                    del slopes[bisect_left(slopes, gone)]
             del kept[:drop]
         for new in run[len(kept) :]:
             t, y = new.t, new.value

@@ -3,6 +3,7 @@ as they would be sorted from scratch."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -61,3 +62,20 @@ def test_kept_slopes_of_any_run_are_its_sorted_pair_slopes(kind: int) -> None:
 
 def _hex(stats: tuple[float, float, float] | None) -> tuple[str, ...] | None:
     return None if stats is None else tuple(x.hex() for x in stats)
+
+
+def test_a_run_from_an_equal_copy_of_a_kept_bucket_is_its_own_sorted_pair_slopes() -> None:
+    # Equal buckets that are not the same object: the store matches kept buckets by
+    # identity, so it must not take the copy for a later state of what it kept.
+    pool = [Bucket(float(t), float(t * t % 7), 1, 0.0, 0.0) for t in range(8)]
+    twin = dataclasses.replace(pool[1])
+    listed = slopes.SortedSlopes()
+    listed.of([pool[0], twin, *pool[2:6]])
+    for run in ([pool[1], *pool[2:7]], [twin, pool[1], *pool[2:8]], pool[3:8]):
+        want = sorted(
+            (b.value - a.value) / (b.t - a.t)
+            for i, a in enumerate(run)
+            for b in run[i + 1 :]
+            if b.t > a.t
+        )
+        assert listed.of(run) == want
