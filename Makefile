@@ -31,8 +31,11 @@ typecheck: $(STAMP)
 test-deps:
 	@./scripts/install-test-deps.sh
 
+# One worker per core, at most 4 (tests/conftest.py keeps the tests of one shared Slurm,
+# systemd container or real-time cluster on one worker); PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= auto
 unit: $(STAMP) test-deps
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -55,3 +55,43 @@ async def receiver() -> AsyncIterator[FakeWebhookScheduler]:
     await fake.start()
     yield fake
     await fake.stop()
+
+
+# The real services a test session starts once (Slurm 22.05, Slurm 24.11, the systemd
+# container): under pytest-xdist (`make test` runs it) all their tests run on one worker,
+# so each starts once.
+_SHARED_SERVICES = {"cluster": "slurm-22.05", "slurm24_cluster": "slurm-24.11"}
+_WIDE_SCOPES = {"module", "package", "session"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group tests for ``--dist loadgroup``: one worker per shared service, one per file
+    whose tests share a module-wide fixture (a server started once for the file)."""
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    if path.startswith(("tests/systemd/", "tests/packaging/")):
+        # Both build the wheel from the source tree (setuptools' build/ in it): one at a time.
+        return "systemd-and-wheel"
+    if path.startswith("tests/e2e/"):
+        # Whole clusters in real time at a simulated speed: one at a time, so two never
+        # share the cores a speed was chosen for.
+        return "e2e-real-time"
+    names = getattr(item, "fixturenames", ())
+    for fixture, group in _SHARED_SERVICES.items():
+        if fixture in names:
+            return group
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    for name, fixturedefs in defs.items():
+        # Only the project's own fixtures: pytest's and plugins' session fixtures
+        # (tmp_path_factory, the asyncio loop policy) are cheap and everywhere.
+        own = [d for d in fixturedefs if d.baseid.startswith("tests")]
+        if name in names and own and own[-1].scope in _WIDE_SCOPES:
+            return path
+    return None
