@@ -261,10 +261,14 @@ function renderTimeline(items) {
     const d = { ...item, ...(item.decision || {}) };
     const li = document.createElement("li");
     li.dataset.action = item.action || "";
-    const verb = item.kind === "override" ? `override ${item.action}` : item.action;
+    const c = item.cap;
+    const verb = item.kind === "override" ? `override ${item.action}`
+      : c ? `${item.action} ${c.gpu} ${Math.round(c.watts)} W` : item.action;
     const b = document.createElement("b");
     b.textContent = verb;
-    li.append(`${clock(item.at)} `, b, ` ${item.node || ""} — ${d.reason || (item.override && item.override.reason) || ""}`);
+    const why = d.reason || (item.override && item.override.reason)
+      || (c && (c.error ? `refused: ${c.error}` : c.reason)) || "";
+    li.append(`${clock(item.at)} `, b, ` ${item.node || ""} — ${why}`);
     if (item.delivery) {
       const span = document.createElement("span");
       span.className = "delivery";
