@@ -118,6 +118,21 @@ def range_op(prefix: str) -> dict[str, Any]:
     return {"request_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
 
 
+def get_op(key: str) -> dict[str, Any]:
+    """Txn op: read one key."""
+    return {"request_range": {"key": b64(key)}}
+
+
+def ranges(responses: Sequence[object]) -> list[list[Kv]]:
+    """The keys each of a txn's range ops read, in order (EtcdError when one is not a key)."""
+    out = []
+    for r in responses:
+        ranged = r.get("response_range") if isinstance(r, dict) else None
+        kvs = ranged.get("kvs") or [] if isinstance(ranged, dict) else []
+        out.append([Kv.from_json(kv) for kv in kvs])
+    return out
+
+
 class _TokenRefused(EtcdError):
     """etcd wants a (new) auth token."""
 

@@ -100,22 +100,30 @@ async def test_etcd_recovers_from_a_restart_and_from_a_wiped_data_dir(etcd: Etcd
     drain = outcome("a1", Action.DRAIN, FaultDomain.GPU)
     async with member(etcd.url, "a1", ttl=5) as fleet:
         agent = agent_of(fleet)
-        first = agent.claims.lease
+        assert agent.claims.lease == 0  # it holds nothing: it watches without a lease
         etcd.stop()
         await wait_until(lambda: not agent.up, timeout=10, what="degraded while etcd is down")
         etcd.start()
         await wait_until(lambda: agent.up, timeout=15, what="up after the restart")
-        assert agent.claims.lease == first  # etcd kept its data: the same lease lives on
         assert await fleet.admit(drain) == ""
         assert fleet.claims_granted == 1
+        held = agent.claims.lease
+        assert held != 0  # the slot is bound to a lease taken for it
+        etcd.stop()
+        await wait_until(lambda: not agent.up, timeout=10, what="degraded again")
+        etcd.start()
+        await wait_until(lambda: agent.up, timeout=15, what="up after the second restart")
+        assert agent.claims.lease == held  # etcd kept its data: the same lease lives on
+        assert agent.get("drain", "cluster", "0") is not None
         # The member comes back empty: no lease, no slot, revision 1.
         etcd.stop()
+        await wait_until(lambda: not agent.up, timeout=10, what="degraded before the wipe")
         etcd.wipe()
         etcd.start()
         await wait_until(
-            lambda: agent.up and agent.claims.lease not in (0, first),
+            lambda: agent.up and agent.claims.lease != held,
             timeout=15,
-            what="a new lease on the wiped etcd",
+            what="up on the wiped etcd, the lost lease let go",
         )
         assert agent.get("drain", "cluster", "0") is None  # the mirror was read afresh
         # Its slot went with the data: it claims again, once, and another node cannot.
