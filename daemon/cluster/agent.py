@@ -41,7 +41,6 @@ from daemon.cluster.etcd import (
     absent,
     b64,
     get_op,
-    prefix_end,
     put_op,
     ranges,
 )
@@ -90,8 +89,10 @@ class EtcdAgent:
         self._needed_until = 0.0  # monotonic: a claim or election under way needs the lease
         self._lease_lock = asyncio.Lock()
         self.heard_at = 0.0  # monotonic: etcd's last answer or watch event
-        self.revision = 0  # the mirror is complete up to this etcd revision
         self.grants = 0  # leases taken (a metric: at steady state, holders only)
+        self._vacant: dict[str, float] = {}  # leadership key seen free -> when to stand for it
+        self.rack = ""  # whose rack evidence is watched (set by the RackLeader; "": none)
+        self._watched: list[int] = []  # per watched span: complete up to this revision
         self.failures = 0  # times etcd was found unreachable (a metric)
         self.last_error = ""
         self.changed = asyncio.Event()  # set on every mirrored change (tests, followers)
@@ -169,9 +170,16 @@ class EtcdAgent:
         if not self.up:
             return False
         held = self.get(*parts)
-        if held is not None:
-            return self.holds(held)
         key = self.claims.key(*parts)
+        if held is not None:
+            self._vacant.pop(key, None)
+            return self.holds(held)
+        # Not the whole rack (or fleet) at once, as after a wipe or a fleet-wide start:
+        # each stands at its own time within a third of a TTL; the first one's key
+        # reaches the others through the watch well before most of theirs come.
+        now = time.monotonic()
+        if now < self._vacant.setdefault(key, now + self._rng.uniform(0, self.lease_ttl_s / 3)):
+            return False
         try:
             lease = await self.hold_lease()
             ok, responses = await self.etcd.txn(
@@ -223,15 +231,17 @@ class EtcdAgent:
                     else:
                         log.warning("%s: etcd lost our lease and what it held", self.node)
                         self.claims.lease = 0
-                kvs, revision = await self.etcd.get_prefix(self.prefix)
+                spans = self.spans()
+                kvs, revision = await self.etcd.get_ranges(spans)
                 self._reset_mirror(kvs)
-                self.revision = revision
+                self._watched = [revision] * len(spans)
                 self._mark_up()
                 failures = 0
                 self._live = True
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self._keepalive())
-                    tg.create_task(self._watch(revision + 1))
+                    for i, span in enumerate(spans):
+                        tg.create_task(self._watch(i, span, revision + 1))
                     tg.create_task(self._work())
             except* EtcdError as group:
                 self.mark_down(group.exceptions[0])
@@ -294,22 +304,41 @@ class EtcdAgent:
 
     async def _check_watch(self) -> None:
         """One question when etcd was quiet: is it there, and has the watch missed anything?"""
-        body = await self.etcd.call(
-            "/v3/kv/range",
+        counts = [
             {
-                "key": b64(self.prefix),
-                "range_end": prefix_end(self.prefix),
-                "count_only": True,
-                "min_mod_revision": str(self.revision + 1),
-            },
-        )
-        missed = body.get("count", 0)
-        if str(missed) != "0":
-            raise EtcdUnavailable(f"the watch missed {str(missed)[:20]} change(s); reading afresh")
+                "request_range": {
+                    "key": b64(start),
+                    "range_end": b64(end),
+                    "count_only": True,
+                    "min_mod_revision": str(seen + 1),
+                }
+            }
+            for (start, end), seen in zip(self.spans(), self._watched, strict=False)
+        ]
+        _, responses = await self.etcd.txn([], counts)
+        for r in responses:
+            ranged = r.get("response_range") if isinstance(r, dict) else None
+            missed = ranged.get("count", 0) if isinstance(ranged, dict) else 0
+            if str(missed) != "0":
+                raise EtcdUnavailable(
+                    f"a watch missed {str(missed)[:20]} change(s); reading afresh"
+                )
         self._mark_up()
 
-    async def _watch(self, revision: int) -> None:
-        async for ev in self.etcd.watch(self.prefix, revision):
+    def spans(self) -> list[tuple[str, str]]:
+        """The ``[start, end)`` key spans mirrored: the prefix, but only this rack's evidence.
+
+        Every rack leader's publications reach its own rack's watchers, not the
+        whole fleet's: at 40 a rack, a put is 40 watch events, not 1,000.
+        """
+        ev = self.prefix + "evidence/"
+        out = [(self.prefix, ev), (ev[:-1] + "0", self.prefix[:-1] + "0")]
+        if self.rack:
+            out.append((f"{ev}{self.rack}/", f"{ev}{self.rack}0"))
+        return out
+
+    async def _watch(self, i: int, span: tuple[str, str], revision: int) -> None:
+        async for ev in self.etcd.watch(span[0], revision, end=span[1]):
             if ev.kind == "DELETE":
                 self.cache.pop(ev.kv.key, None)
                 self.seen_at.pop(ev.kv.key, None)
@@ -319,7 +348,7 @@ class EtcdAgent:
                 self.cache[ev.kv.key] = ev.kv
                 self.seen_at.setdefault(ev.kv.key, now)
                 self.put_at[ev.kv.key] = now
-            self.revision = max(self.revision, ev.kv.mod_revision)
+            self._watched[i] = max(self._watched[i], ev.kv.mod_revision)
             self.heard_at = time.monotonic()
             self._mark_up()
             self.changed.set()

@@ -296,8 +296,17 @@ class EtcdClient:
         )
         return bool(body.get("succeeded", False)), list(body.get("responses") or [])
 
-    async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
-        """Events under ``prefix`` from ``start_revision`` on, until the stream breaks.
+    async def get_ranges(self, spans: Sequence[tuple[str, str]]) -> tuple[list[Kv], int]:
+        """Every key in each ``[start, end)`` span, read at one revision; and that revision."""
+        ops = [{"request_range": {"key": b64(a), "range_end": b64(b)}} for a, b in spans]
+        body = await self.call("/v3/kv/txn", {"compare": [], "success": ops, "failure": []})
+        kvs = [kv for span in ranges(body.get("responses") or []) for kv in span]
+        return kvs, _revision(body)
+
+    async def watch(
+        self, prefix: str, start_revision: int, *, end: str | None = None
+    ) -> AsyncIterator[WatchEvent]:
+        """Events under ``prefix`` (or in ``[prefix, end)``) from ``start_revision`` on.
 
         Raises EtcdUnavailable when it cannot be opened or breaks (the caller
         reads the prefix afresh and watches again).
@@ -305,7 +314,7 @@ class EtcdClient:
         req = {
             "create_request": {
                 "key": b64(prefix),
-                "range_end": prefix_end(prefix),
+                "range_end": prefix_end(prefix) if end is None else b64(end),
                 "start_revision": str(start_revision),
             }
         }

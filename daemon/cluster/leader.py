@@ -64,6 +64,7 @@ class RackLeader:
     ) -> None:
         self.agent = agent
         self.rack = rack
+        agent.rack = rack  # the agent mirrors this rack's evidence (from its next connect)
         self._runners = runners  # the rack sources configured now (re-read: reloads)
         self._feed = feed
         self.leading = False
