@@ -304,25 +304,23 @@ class EtcdAgent:
 
     async def _check_watch(self) -> None:
         """One question when etcd was quiet: is it there, and has the watch missed anything?"""
-        counts = [
+        changed = [
             {
                 "request_range": {
                     "key": b64(start),
                     "range_end": b64(end),
-                    "count_only": True,
+                    # Keys only: etcd filters the keys it returns by min_mod_revision,
+                    # not the count it gives (count_only would count them all).
+                    "keys_only": True,
                     "min_mod_revision": str(seen + 1),
                 }
             }
             for (start, end), seen in zip(self.spans(), self._watched, strict=False)
         ]
-        _, responses = await self.etcd.txn([], counts)
-        for r in responses:
-            ranged = r.get("response_range") if isinstance(r, dict) else None
-            missed = ranged.get("count", 0) if isinstance(ranged, dict) else 0
-            if str(missed) != "0":
-                raise EtcdUnavailable(
-                    f"a watch missed {str(missed)[:20]} change(s); reading afresh"
-                )
+        _, responses = await self.etcd.txn([], changed)
+        missed = sum(len(kvs) for kvs in ranges(responses))
+        if missed:
+            raise EtcdUnavailable(f"a watch missed {missed} change(s); reading afresh")
         self._mark_up()
 
     def spans(self) -> list[tuple[str, str]]:

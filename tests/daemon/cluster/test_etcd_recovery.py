@@ -282,3 +282,30 @@ async def test_etcd_garbage_forged_or_undecodable_evidence_is_never_evidence(
         assert time.monotonic() - silent <= TTL_S + 1.5
         assert all(r.sensor != "forged" for r in follower.fed)
         await forger.close()
+
+
+async def test_etcd_recovers_a_watcher_without_a_lease_from_a_stall(etcd: EtcdServer) -> None:
+    # A follower sends etcd nothing while the watch brings news; a frozen etcd brings
+    # none, so it asks after quiet_s (3 TTLs), finds no answer and says so.
+    agent = EtcdAgent(EtcdClient([etcd.url], timeout_s=0.5), "w1", prefix=PREFIX, lease_ttl_s=2)
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_until(lambda: agent.up, what="joined")
+        assert agent.claims.lease == 0 and agent.quiet_s == 6.0
+        assert etcd.proc is not None
+        freeze(etcd.proc.pid)
+        frozen = time.monotonic()
+        try:
+            await wait_until(lambda: not agent.up, timeout=agent.quiet_s + 3, what="noticed")
+            assert time.monotonic() - frozen <= agent.quiet_s + 0.5 + 1.0
+        finally:
+            os.kill(etcd.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        await wait_until(lambda: agent.up, timeout=10, what="up again after the stall")
+        assert time.monotonic() - resumed < 3.0  # its next good exchange, not a TTL
+        assert agent.claims.lease == 0 and agent.grants == 0  # still holding nothing
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await agent.close()

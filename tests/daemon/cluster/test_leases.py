@@ -1,0 +1,116 @@
+"""Leases on demand: an agent holds one only while something must expire with it.
+
+A follower that merely watches sends etcd nothing at steady state; a claim, a
+cause or a leadership takes a lease, which is kept alive while it is held and
+given back after. A holder that dies still loses what it held within a TTL.
+All against a real etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from daemon.cluster.agent import EtcdAgent
+from daemon.cluster.claims import Budgets, Claims
+from daemon.cluster.etcd import EtcdClient
+from fakes.etcd_server import EtcdServer
+from policies.model import Action, FaultDomain
+from tests.daemon.cluster.test_fleet import fleet_agent, local, outcome
+from tests.daemon.cluster.test_leader import TTL_S, rack
+from tests.support.wait import wait_for_result, wait_until
+
+TTL = 2
+
+
+async def test_a_watcher_holds_no_lease_a_claim_takes_one_and_gives_it_back_after(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with (
+        fleet_agent(etcd_server.url, "a1", "a", prefix, TTL) as a1,
+        fleet_agent(etcd_server.url, "a2", "a", prefix, TTL) as a2,
+    ):
+        one, two = a1.etcd, a2.etcd
+        assert one is not None and two is not None
+        assert (one.claims.lease, two.claims.lease, one.grants, two.grants) == (0, 0, 0, 0)
+        assert await a1.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
+        held = one.claims.lease
+        assert held != 0 and one.grants == 1
+        await wait_until(lambda: two.get("drain", "cluster", "0") is not None, what="slot seen")
+        slot = two.get("drain", "cluster", "0")
+        assert slot is not None and slot.lease == held
+        # Held for several TTLs: kept alive, the slot stays; the watcher still holds none.
+        await asyncio.sleep(3 * TTL)
+        kvs, _ = await two.etcd.get_prefix(prefix + "drain/cluster/")
+        assert [kv.value for kv in kvs] == [b"a1"]
+        assert one.claims.lease == held and one.up and two.claims.lease == 0 and two.up
+        assert "a1" in a2.view(local("a2"), time.monotonic()).out  # counted by the watcher
+        # The resume frees the slot: nothing is bound to the lease; it goes within a TTL or so.
+        assert await a1.admit(outcome("a1", Action.RESUME, FaultDomain.GPU)) == ""
+        freed = time.monotonic()
+        await wait_until(lambda: one.claims.lease == 0, timeout=3 * TTL, what="lease given back")
+        assert time.monotonic() - freed <= TTL + TTL / 3 + 1.0
+        # Revoked (it may be on its way), not left to expire: well within its 2 s TTL.
+        await wait_for_result(
+            lambda: two.etcd.call("/v3/lease/timetolive", {"ID": str(held)}),
+            lambda alive: int(alive.get("TTL", 0)) <= 0,
+            timeout=1.0,
+            what="the lease revoked",
+        )
+        assert one.up and two.up and one.grants == 1
+
+
+async def test_an_agent_that_dies_holding_a_claim_loses_it_within_a_ttl(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    agent = EtcdAgent(
+        EtcdClient([etcd_server.url], timeout_s=0.5), "d1", prefix=prefix, lease_ttl_s=TTL
+    )
+    task = asyncio.create_task(agent.run())
+    await wait_until(lambda: agent.up, what="joined")
+    b = Budgets(1, 1, 50, 600.0, 1, 60.0)
+    assert (await agent.claims.claim_drain("a", True, b, "cooling_loop")).granted
+    # Killed: no revoke, no more keepalives.
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    died = time.monotonic()
+    peer = Claims(EtcdClient([etcd_server.url], timeout_s=2.0), "p1", prefix)
+    peer.lease = await peer.etcd.grant(30)
+    assert not (await peer.claim_drain("b", True, b)).granted
+    while not (await peer.claim_drain("b", True, b)).granted:
+        assert time.monotonic() - died < TTL + 2.0, "the dead agent's slot outlived its lease"
+        await asyncio.sleep(0.1)
+    kvs, _ = await peer.etcd.get_prefix(prefix + "cause/")
+    assert kvs == []  # its rack-wide cause went with it
+    await peer.etcd.revoke(peer.lease)
+    await peer.etcd.close()
+    await agent.etcd.close()
+
+
+async def test_a_rack_has_one_leader_only_it_holds_a_lease_and_only_the_rack_sees_its_evidence(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    stranger = EtcdClient([etcd_server.url], timeout_s=2.0)
+    async with rack(etcd_server.url, prefix, ("a1", "a2", "a3", "a4", "a5")) as members:
+        await wait_until(
+            lambda: sum(m.leader.leading for m in members) == 1, timeout=10, what="one leader"
+        )
+        lead = next(m for m in members if m.leader.leading)
+        # The election's losers give back the leases they took to stand.
+        await wait_until(
+            lambda: [m.agent.claims.lease != 0 for m in members] == [m is lead for m in members],
+            timeout=4 * TTL_S,
+            what="only the leader holding a lease",
+        )
+        assert sum(m.agent.grants for m in members) <= len(members)
+        await stranger.put(prefix + "evidence/b/pdu", b"another rack's")
+        await stranger.put(prefix + "breaker-probe", b"x")  # after it, in the same watch
+        follower = next(m for m in members if m is not lead)
+        await wait_until(
+            lambda: follower.agent.get("breaker-probe") is not None, what="the probe key seen"
+        )
+        assert follower.agent.get("evidence", "b", "pdu") is None
+        assert follower.agent.get("evidence", "a", "pdu") is not None  # its own rack's
+    await stranger.close()
