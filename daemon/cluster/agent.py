@@ -89,6 +89,7 @@ class EtcdAgent:
         self._needed_until = 0.0  # monotonic: a claim or election under way needs the lease
         self._lease_lock = asyncio.Lock()
         self.heard_at = 0.0  # monotonic: etcd's last answer or watch event
+        self.watched_at = 0.0  # monotonic: the last watch event (or the mirror's read)
         self.grants = 0  # leases taken (a metric: at steady state, holders only)
         self._vacant: dict[str, float] = {}  # leadership key seen free -> when to stand for it
         self.rack = ""  # whose rack evidence is watched (set by the RackLeader; "": none)
@@ -235,6 +236,7 @@ class EtcdAgent:
                 kvs, revision = await self.etcd.get_ranges(spans)
                 self._reset_mirror(kvs)
                 self._watched = [revision] * len(spans)
+                self.watched_at = time.monotonic()
                 self._mark_up()
                 failures = 0
                 self._live = True
@@ -319,7 +321,9 @@ class EtcdAgent:
         ]
         _, responses = await self.etcd.txn([], changed)
         missed = sum(len(kvs) for kvs in ranges(responses))
-        if missed:
+        if missed and time.monotonic() - self.watched_at >= self.quiet_s:
+            # Changes, and no event for as long: the watch is stuck. (Events that
+            # are on their way to a busy agent are not missed: it still hears them.)
             raise EtcdUnavailable(f"a watch missed {missed} change(s); reading afresh")
         self._mark_up()
 
@@ -347,7 +351,7 @@ class EtcdAgent:
                 self.seen_at.setdefault(ev.kv.key, now)
                 self.put_at[ev.kv.key] = now
             self._watched[i] = max(self._watched[i], ev.kv.mod_revision)
-            self.heard_at = time.monotonic()
+            self.heard_at = self.watched_at = time.monotonic()
             self._mark_up()
             self.changed.set()
 
