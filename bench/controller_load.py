@@ -262,6 +262,7 @@ EVIDENCE_S = SnmpSourceConfig("snmp", "pdu").interval_s  # one PDU a rack, at it
 async def _agents(
     url: str,
     nodes: list[str],
+    fleet: int,
     seconds: float,
     evidence_s: float,
     out: multiprocessing.Queue[tuple[int, int]],
@@ -270,7 +271,8 @@ async def _agents(
 
     Each agent stands for its rack's lead every third of the TTL and for the view
     every ``view_interval_s`` (as RackLeader and SchedulerView do: a request only
-    when the key is absent); a rack leader publishes one rack source every
+    when the key is absent; the view's election spread over ``fleet``, the size
+    an agent knows from the last view); a rack leader publishes one rack source every
     ``evidence_s``, the view's reader ``view/at`` every interval. Puts (lease
     holders, leases granted) on ``out`` at the end.
     """
@@ -298,13 +300,17 @@ async def _agents(
     async def views(a: EtcdAgent) -> None:
         await asyncio.sleep(random.uniform(0, c.view_interval_s))
         while True:
-            if await a.stand("viewer"):
+            if await a.stand("viewer", candidates=fleet):
                 with suppress(EtcdError):
                     at = f'{{"by":"{a.node}","at":{time.time()}}}'
                     await a.etcd.put(a.claims.key("view", "at"), at, a.claims.lease)
             await asyncio.sleep(c.view_interval_s)
 
-    tasks = [asyncio.create_task(a.run()) for a in agents]
+    async def joins(a: EtcdAgent) -> None:
+        await asyncio.sleep(random.uniform(0, c.lease_ttl_s))  # booted over a TTL, not at once
+        await a.run()
+
+    tasks = [asyncio.create_task(joins(a)) for a in agents]
     tasks += [asyncio.create_task(leads(a)) for a in agents]
     tasks += [asyncio.create_task(views(a)) for a in agents]
     try:
@@ -321,11 +327,12 @@ async def _agents(
 def _worker(
     url: str,
     nodes: list[str],
+    fleet: int,
     seconds: float,
     evidence_s: float,
     out: multiprocessing.Queue[tuple[int, int]],
 ) -> None:
-    asyncio.run(_agents(url, nodes, seconds, evidence_s, out))
+    asyncio.run(_agents(url, nodes, fleet, seconds, evidence_s, out))
 
 
 def etcd_steady(
@@ -341,7 +348,7 @@ def etcd_steady(
     out: multiprocessing.Queue[tuple[int, int]] = multiprocessing.Queue()
     procs = [
         multiprocessing.Process(
-            target=_worker, args=(url, nodes[i::WORKERS], warm + seconds, evidence_s, out)
+            target=_worker, args=(url, nodes[i::WORKERS], agents, warm + seconds, evidence_s, out)
         )
         for i in range(WORKERS)
     ]

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 Job = Callable[[], Awaitable[None]]
 
+# An election's candidates per third of a TTL (a rack's agents, typically).
+RACK_SIZE = 40
+
 # Between reconnects: 0.5 s doubling to 5 s, each times 0.5-1.5.
 RECONNECT = Backoff(0.5, 5.0, jitter=(0.5, 1.5))
 
@@ -162,7 +165,7 @@ class EtcdAgent:
             kv is not None and lease != 0 and kv.lease == lease and kv.value == self.node.encode()
         )
 
-    async def stand(self, *parts: str) -> bool:
+    async def stand(self, *parts: str, candidates: int = 1) -> bool:
         """Hold a leadership key (``leader/<rack>``, ``viewer``) under the lease: True while ours.
 
         A leadership held under an older lease (etcd lost it, or this agent stalled
@@ -176,10 +179,12 @@ class EtcdAgent:
             self._vacant.pop(key, None)
             return self.holds(held)
         # Not the whole rack (or fleet) at once, as after a wipe or a fleet-wide start:
-        # each stands at its own time within a third of a TTL; the first one's key
-        # reaches the others through the watch well before most of theirs come.
+        # each stands at its own time within a third of a TTL per RACK_SIZE of the
+        # ``candidates``; the first one's key reaches the others through the watch
+        # before more than a few more are due, however many stand.
         now = time.monotonic()
-        if now < self._vacant.setdefault(key, now + self._rng.uniform(0, self.lease_ttl_s / 3)):
+        window = self.lease_ttl_s / 3 * max(1.0, candidates / RACK_SIZE)
+        if now < self._vacant.setdefault(key, now + self._rng.uniform(0, window)):
             return False
         try:
             lease = await self.hold_lease()

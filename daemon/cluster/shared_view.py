@@ -76,6 +76,7 @@ class SharedView:
         # The last decoded view, by (holder, racks revision, out revision): an agent
         # ticks at every change etcd mirrors, and 10,000 nodes' membership is ~100 KB.
         self._decoded: tuple[tuple[str, int, int], Published | None] | None = None
+        self.fleet_size = 1  # nodes in the last view published or taken (1: none yet)
 
     @property
     def active(self) -> bool:
@@ -91,7 +92,8 @@ class SharedView:
     async def elect(self) -> bool:
         """True when this agent is (or has just become) the cluster's reader."""
         was = self.reading
-        self.reading = await self.agent.stand("viewer")
+        # The whole fleet may stand: spread over its size (the last view's), not a rack's.
+        self.reading = await self.agent.stand("viewer", candidates=self.fleet_size)
         if self.reading != was:
             self._sent.clear()  # a new term: publish everything afresh
             log.info(
@@ -110,6 +112,7 @@ class SharedView:
     ) -> None:
         """Put this read's view: membership and the out-of-service set when changed, its time."""
         me = self.agent.node
+        self.fleet_size = max(1, sum(map(len, racks.values())))
         rows = [
             _Out(o.node, o.rack, o.action, o.domain, wall - max(0.0, now - o.since), o.following)
             for o in sorted(out, key=lambda o: o.node)
@@ -149,6 +152,8 @@ class SharedView:
         cache_key = (holder, k_racks.mod_revision, k_out.mod_revision)
         if self._decoded is None or self._decoded[0] != cache_key:
             self._decoded = (cache_key, self._decode(holder, k_racks, k_out, now, wall))
+            if self._decoded[1] is not None:
+                self.fleet_size = max(1, self._decoded[1].total)
         view = self._decoded[1]
         return None if view is None else replace(view, age_s=wall - at.at)
 
