@@ -114,3 +114,32 @@ async def test_a_rack_has_one_leader_only_it_holds_a_lease_and_only_the_rack_see
         assert follower.agent.get("evidence", "b", "pdu") is None
         assert follower.agent.get("evidence", "a", "pdu") is not None  # its own rack's
     await stranger.close()
+
+
+async def test_thirty_agents_finding_the_view_unled_stand_a_few_at_a_time_not_all_at_once(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    agents = [
+        EtcdAgent(EtcdClient([etcd_server.url], timeout_s=2.0), f"v{i:02d}", prefix=prefix)
+        for i in range(30)
+    ]
+    tasks = [asyncio.create_task(a.run()) for a in agents]
+    try:
+        await wait_until(lambda: all(a.up for a in agents), what="all joined")
+
+        async def elect(a: EtcdAgent) -> None:
+            while a.get("viewer") is None or not any(x.holds(x.get("viewer")) for x in agents):
+                await a.stand("viewer", candidates=len(agents))
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(asyncio.gather(*(elect(a) for a in agents)), timeout=15)
+        # All saw it free at once; each was due at its own time within TTL/3, and the
+        # first key reached the rest before most were: a few grants, not thirty.
+        standing = sum(a.grants for a in agents)
+        assert 1 <= standing <= 10, standing
+        assert sum(a.holds(a.get("viewer")) for a in agents) == 1
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(a.close() for a in agents))
