@@ -143,3 +143,84 @@ async def test_thirty_agents_finding_the_view_unled_stand_a_few_at_a_time_not_al
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(a.close() for a in agents))
+
+
+class FreezingProxy:
+    """A TCP proxy to etcd that can go silent on every connection open now (new ones pass)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("http://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.frozen = False
+        self._generation = 0
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: list[asyncio.Task[object]] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def freeze_open_connections(self) -> None:
+        self._generation += 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        born = self._generation
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)
+        up_r, up_w = await asyncio.open_connection(*self.upstream)
+        self._writers += [writer, up_w]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if self._generation != born:
+                    return  # silent from now on: nothing more passes, nothing is closed
+                dst.write(data)
+                await dst.drain()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+        await asyncio.Event().wait()  # hold the connections open, silent
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for w in self._writers:
+            w.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_etcd_recovers_a_watcher_whose_watch_went_silent_while_etcd_answers(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    proxy = FreezingProxy(etcd_server.url)
+    url = await proxy.start()
+    agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), "w1", prefix=prefix, lease_ttl_s=TTL)
+    task = asyncio.create_task(agent.run())
+    writer = EtcdClient([etcd_server.url], timeout_s=2.0)
+    try:
+        await wait_until(lambda: agent.up, what="joined")
+        proxy.freeze_open_connections()  # its watches (and pooled connections) go silent
+        await writer.put(prefix + "cause/a/x1", b'{"domain": "rack"}')
+        silent = time.monotonic()
+        # Nothing arrives; after quiet_s it asks (on a new connection, or times out on
+        # a silent one), reads afresh and watches again: the cause is seen.
+        await wait_until(
+            lambda: agent.get("cause", "a", "x1") is not None,
+            timeout=agent.quiet_s + 8,
+            what="the change its silent watch never brought",
+        )
+        assert time.monotonic() - silent <= agent.quiet_s + 6
+        await wait_until(lambda: agent.up, what="up again")
+        assert agent.claims.lease == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await agent.close()
+        await writer.close()
+        await proxy.close()
