@@ -21,11 +21,21 @@ so they expire on their own.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
 
-from daemon.cluster.etcd import EtcdClient, EtcdError, Kv, absent, delete_op, put_op, range_op
+from daemon.cluster.etcd import (
+    EtcdClient,
+    EtcdError,
+    Kv,
+    absent,
+    delete_op,
+    put_op,
+    range_op,
+    ranges,
+)
 from daemon.cluster.etcd_values import Breaker, Values
 
 
@@ -66,6 +76,8 @@ class Claims:
         self.p = prefix
         self.values = values or Values(node)
         self.lease = 0  # the agent's lease; set by the owner once granted
+        # The owner's way to get a lease when none is held now (EtcdAgent.hold_lease).
+        self.acquire: Callable[[], Awaitable[int]] | None = None
 
     def key(self, *parts: str) -> str:
         """A key under the prefix."""
@@ -74,11 +86,7 @@ class Claims:
     async def _snapshot(self, *prefixes: str) -> list[list[Kv]]:
         """Several prefixes read at one revision (a txn of ranges)."""
         _, responses = await self.etcd.txn([], [range_op(self.p + x) for x in prefixes])
-        out = []
-        for r in responses:
-            ranged = r.get("response_range") if isinstance(r, dict) else None
-            kvs = ranged.get("kvs") or [] if isinstance(ranged, dict) else []
-            out.append([Kv.from_json(kv) for kv in kvs])
+        out = ranges(responses)
         if len(out) != len(prefixes):
             raise EtcdError(f"txn of {len(prefixes)} ranges answered {len(out)}")
         return out
@@ -89,7 +97,7 @@ class Claims:
         ``cause``: the rack-wide domain this node leads with; its cause key is written
         in the same transaction, so the rack sees slot and cause together.
         """
-        self._leased()
+        lease = await self._leased()
         for _ in range(self.ATTEMPTS):
             drains, trips, breaker = await self._snapshot("drain/", "trip/", "breaker")
             if breaker:
@@ -105,7 +113,7 @@ class Claims:
                     False, f"cluster budget exhausted ({len(cluster)}/{b.cluster} claimed)"
                 )
             compare = [absent(self.key("breaker")), absent(self.key("drain", "cluster", free))]
-            ops = [put_op(self.key("drain", "cluster", free), self.node, self._leased())]
+            ops = [put_op(self.key("drain", "cluster", free), self.node, lease)]
             if not rack_wide:
                 slot = _free(in_rack, b.rack)
                 if slot is None:
@@ -113,7 +121,7 @@ class Claims:
                         False, f"rack budget exhausted ({len(in_rack)}/{b.rack} claimed in {rack})"
                     )
                 compare.append(absent(self.key("drain", "rack", rack, slot)))
-                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, self._leased()))
+                ops.append(put_op(self.key("drain", "rack", rack, slot), self.node, lease))
             trip = _free(self._slots(trips, self.key("trip", "")), b.storm + 1)
             if trip is None:
                 await self.open_breaker(len(trips))
@@ -123,7 +131,7 @@ class Claims:
             ops.append(put_op(self.key("trip", trip), self.node, trip_lease))
             if cause:
                 body = orjson.dumps({"domain": cause})
-                ops.append(put_op(self.key("cause", rack, self.node), body, self._leased()))
+                ops.append(put_op(self.key("cause", rack, self.node), body, lease))
             ok, _ = await self.etcd.txn(compare, ops)
             if ok:
                 return Grant(True)
@@ -132,7 +140,6 @@ class Claims:
 
     async def claim_resume(self, rack: str, b: Budgets) -> Grant:
         """A resume slot in the rack's stagger window; taking it frees this node's drain slots."""
-        self._leased()
         for _ in range(self.ATTEMPTS):
             resumes, drains = await self._snapshot(f"resume/{rack}/", "drain/")
             held = self._slots(resumes, self.key("resume", rack, ""))
@@ -197,12 +204,14 @@ class Claims:
     async def put_cause(self, rack: str, domain: str) -> None:
         """This node is out for a rack-wide cause: its rack peers follow at once."""
         body = orjson.dumps({"domain": domain})
-        await self.etcd.put(self.key("cause", rack, self.node), body, self._leased())
+        await self.etcd.put(self.key("cause", rack, self.node), body, await self._leased())
 
-    def _leased(self) -> int:
+    async def _leased(self) -> int:
         # A slot or cause written without the lease would outlive this agent.
+        if self.acquire is not None:
+            return await self.acquire()
         if self.lease == 0:
-            raise EtcdError("no etcd lease held now (taking a new one)")
+            raise EtcdError("no etcd lease held now")
         return self.lease
 
     def _slots(self, kvs: list[Kv], under: str) -> dict[str, str]:

@@ -118,6 +118,21 @@ def range_op(prefix: str) -> dict[str, Any]:
     return {"request_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
 
 
+def get_op(key: str) -> dict[str, Any]:
+    """Txn op: read one key."""
+    return {"request_range": {"key": b64(key)}}
+
+
+def ranges(responses: Sequence[object]) -> list[list[Kv]]:
+    """The keys each of a txn's range ops read, in order (EtcdError when one is not a key)."""
+    out = []
+    for r in responses:
+        ranged = r.get("response_range") if isinstance(r, dict) else None
+        kvs = ranged.get("kvs") or [] if isinstance(ranged, dict) else []
+        out.append([Kv.from_json(kv) for kv in kvs])
+    return out
+
+
 class _TokenRefused(EtcdError):
     """etcd wants a (new) auth token."""
 
@@ -281,8 +296,17 @@ class EtcdClient:
         )
         return bool(body.get("succeeded", False)), list(body.get("responses") or [])
 
-    async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
-        """Events under ``prefix`` from ``start_revision`` on, until the stream breaks.
+    async def get_ranges(self, spans: Sequence[tuple[str, str]]) -> tuple[list[Kv], int]:
+        """Every key in each ``[start, end)`` span, read at one revision; and that revision."""
+        ops = [{"request_range": {"key": b64(a), "range_end": b64(b)}} for a, b in spans]
+        body = await self.call("/v3/kv/txn", {"compare": [], "success": ops, "failure": []})
+        kvs = [kv for span in ranges(body.get("responses") or []) for kv in span]
+        return kvs, _revision(body)
+
+    async def watch(
+        self, prefix: str, start_revision: int, *, end: str | None = None
+    ) -> AsyncIterator[WatchEvent]:
+        """Events under ``prefix`` (or in ``[prefix, end)``) from ``start_revision`` on.
 
         Raises EtcdUnavailable when it cannot be opened or breaks (the caller
         reads the prefix afresh and watches again).
@@ -290,7 +314,7 @@ class EtcdClient:
         req = {
             "create_request": {
                 "key": b64(prefix),
-                "range_end": prefix_end(prefix),
+                "range_end": prefix_end(prefix) if end is None else b64(end),
                 "start_revision": str(start_revision),
             }
         }

@@ -1,6 +1,7 @@
 """Rack evidence shared, not re-polled: one agent per rack polls the PDUs and the cooling unit.
 
-With etcd, the rack's agents race for ``leader/<rack>`` (bound to their lease);
+With etcd, the rack's agents race for ``leader/<rack>`` (``EtcdAgent.stand``:
+bound to the winner's lease, which it takes for this);
 the holder runs the rack sources (SNMP, OPC-UA) and publishes each poll's
 readings to ``evidence/<rack>/<source>`` (bound to the same lease) with the
 publisher, its lease and each reading's age; the others run none of them and
@@ -31,7 +32,7 @@ from typing import Protocol
 import msgspec
 
 from daemon.cluster.agent import EtcdAgent
-from daemon.cluster.etcd import EtcdError, absent, put_op
+from daemon.cluster.etcd import EtcdError
 from daemon.cluster.etcd_values import Evidence, PublishedReading
 from daemon.poller import Poller
 from policies.model import Quality, Reading, SensorKind
@@ -63,6 +64,7 @@ class RackLeader:
     ) -> None:
         self.agent = agent
         self.rack = rack
+        agent.rack = rack  # the agent mirrors this rack's evidence (from its next connect)
         self._runners = runners  # the rack sources configured now (re-read: reloads)
         self._feed = feed
         self.leading = False
@@ -128,24 +130,7 @@ class RackLeader:
 
     async def _elect(self) -> None:
         was = self.leading
-        held = self.agent.get("leader", self.rack)
-        if not self.agent.up or not self.agent.claims.lease:
-            self.leading = False
-        elif held is not None and self.leader == self.agent.node:
-            # Ours only under the lease we hold now; an older lease's key is not a lead.
-            self.leading = held.lease == self.agent.claims.lease
-        elif held is None:
-            key = self.agent.claims.key("leader", self.rack)
-            try:
-                ok, _ = await self.agent.etcd.txn(
-                    [absent(key)], [put_op(key, self.agent.node, self.agent.claims.lease)]
-                )
-            except EtcdError as err:
-                self.agent.mark_down(err)
-                ok = False
-            self.leading = ok
-        else:
-            self.leading = False
+        self.leading = await self.agent.stand("leader", self.rack)
         if self.leading != was:
             log.info(
                 "%s: %s rack %s's sources",

@@ -1,6 +1,7 @@
 """One scheduler reader per cluster: with etcd, the view is read once and watched by all.
 
-The agents race for ``viewer`` (bound to their lease, as ``leader/<rack>``);
+The agents race for ``viewer`` (``EtcdAgent.stand``, as ``leader/<rack>``: bound
+to the winner's lease, taken for this; a follower holds none);
 the holder reads every node from the scheduler every ``view_interval_s`` and
 publishes the view: ``view/racks`` (membership, written when it changes),
 ``view/out`` (the nodes out of service, when they change) and ``view/at`` (the
@@ -20,7 +21,7 @@ from dataclasses import dataclass, replace
 import msgspec
 
 from daemon.cluster.agent import EtcdAgent
-from daemon.cluster.etcd import EtcdError, Kv, absent, put_op
+from daemon.cluster.etcd import EtcdError, Kv
 from daemon.cluster.etcd_values import NODE_NAME
 from policies.model import Action, FaultDomain
 from policies.safety import OutOfService
@@ -75,11 +76,12 @@ class SharedView:
         # The last decoded view, by (holder, racks revision, out revision): an agent
         # ticks at every change etcd mirrors, and 10,000 nodes' membership is ~100 KB.
         self._decoded: tuple[tuple[str, int, int], Published | None] | None = None
+        self.fleet_size = 1  # nodes in the last view published or taken (1: none yet)
 
     @property
     def active(self) -> bool:
-        """etcd is up and this agent holds a lease: the shared view is in use."""
-        return self.agent.up and bool(self.agent.claims.lease)
+        """etcd is up: the shared view is in use (a follower holds no lease to watch it)."""
+        return self.agent.up
 
     @property
     def reader(self) -> str:
@@ -90,27 +92,14 @@ class SharedView:
     async def elect(self) -> bool:
         """True when this agent is (or has just become) the cluster's reader."""
         was = self.reading
-        holder = self.reader
-        if holder == self.agent.node:
-            self.reading = True
-        elif holder:
-            self.reading = False
-        else:
-            key = self.agent.claims.key("viewer")
-            try:
-                ok, _ = await self.agent.etcd.txn(
-                    [absent(key)], [put_op(key, self.agent.node, self.agent.claims.lease)]
-                )
-            except EtcdError as err:
-                self.agent.mark_down(err)
-                ok = False
-            self.reading = ok
+        # The whole fleet may stand: spread over its size (the last view's), not a rack's.
+        self.reading = await self.agent.stand("viewer", candidates=self.fleet_size)
         if self.reading != was:
             self._sent.clear()  # a new term: publish everything afresh
             log.info(
                 "%s: %s the scheduler view for the cluster",
                 self.agent.node,
-                "reading" if self.reading else f"following {holder or 'nobody'} for",
+                "reading" if self.reading else f"following {self.reader or 'nobody'} for",
             )
         return self.reading
 
@@ -123,6 +112,7 @@ class SharedView:
     ) -> None:
         """Put this read's view: membership and the out-of-service set when changed, its time."""
         me = self.agent.node
+        self.fleet_size = max(1, sum(map(len, racks.values())))
         rows = [
             _Out(o.node, o.rack, o.action, o.domain, wall - max(0.0, now - o.since), o.following)
             for o in sorted(out, key=lambda o: o.node)
@@ -133,6 +123,8 @@ class SharedView:
             "at": msgspec.json.encode(_AtBody(me, wall)),
         }
         lease = self.agent.claims.lease
+        if not self.reading or lease == 0:
+            return  # between leases: a view without one would outlive its reader
         try:
             for name, value in values.items():
                 if name != "at" and self._sent.get(name) == value:
@@ -160,6 +152,8 @@ class SharedView:
         cache_key = (holder, k_racks.mod_revision, k_out.mod_revision)
         if self._decoded is None or self._decoded[0] != cache_key:
             self._decoded = (cache_key, self._decode(holder, k_racks, k_out, now, wall))
+            if self._decoded[1] is not None:
+                self.fleet_size = max(1, self._decoded[1].total)
         view = self._decoded[1]
         return None if view is None else replace(view, age_s=wall - at.at)
 

@@ -118,12 +118,12 @@ async def test_without_a_lease_nothing_is_claimed_that_would_outlive_the_agent(
 ) -> None:
     c = await agents("gpu01", 30)
     c.lease = 0  # between leases (expired, or given up after a stall)
-    for claim in (
-        c.claim_drain("rack0", False, budgets()),
-        c.claim_resume("rack0", budgets()),
-        c.put_cause("rack0", "rack"),
-    ):
+    for claim in (c.claim_drain("rack0", False, budgets()), c.put_cause("rack0", "rack")):
         with pytest.raises(EtcdError, match="no etcd lease"):
             await claim
     kvs, _ = await c.etcd.get_prefix(c.p)
     assert kvs == []
+    # A resume slot expires with its stagger window, not with the agent: no agent lease needed.
+    assert (await c.claim_resume("rack0", budgets())).granted
+    kvs, _ = await c.etcd.get_prefix(c.p)
+    assert [(kv.key, kv.lease != 0) for kv in kvs] == [(c.p + "resume/rack0/0", True)]

@@ -100,22 +100,30 @@ async def test_etcd_recovers_from_a_restart_and_from_a_wiped_data_dir(etcd: Etcd
     drain = outcome("a1", Action.DRAIN, FaultDomain.GPU)
     async with member(etcd.url, "a1", ttl=5) as fleet:
         agent = agent_of(fleet)
-        first = agent.claims.lease
+        assert agent.claims.lease == 0  # it holds nothing: it watches without a lease
         etcd.stop()
         await wait_until(lambda: not agent.up, timeout=10, what="degraded while etcd is down")
         etcd.start()
         await wait_until(lambda: agent.up, timeout=15, what="up after the restart")
-        assert agent.claims.lease == first  # etcd kept its data: the same lease lives on
         assert await fleet.admit(drain) == ""
         assert fleet.claims_granted == 1
+        held = agent.claims.lease
+        assert held != 0  # the slot is bound to a lease taken for it
+        etcd.stop()
+        await wait_until(lambda: not agent.up, timeout=10, what="degraded again")
+        etcd.start()
+        await wait_until(lambda: agent.up, timeout=15, what="up after the second restart")
+        assert agent.claims.lease == held  # etcd kept its data: the same lease lives on
+        assert agent.get("drain", "cluster", "0") is not None
         # The member comes back empty: no lease, no slot, revision 1.
         etcd.stop()
+        await wait_until(lambda: not agent.up, timeout=10, what="degraded before the wipe")
         etcd.wipe()
         etcd.start()
         await wait_until(
-            lambda: agent.up and agent.claims.lease not in (0, first),
+            lambda: agent.up and agent.claims.lease != held,
             timeout=15,
-            what="a new lease on the wiped etcd",
+            what="up on the wiped etcd, the lost lease let go",
         )
         assert agent.get("drain", "cluster", "0") is None  # the mirror was read afresh
         # Its slot went with the data: it claims again, once, and another node cannot.
@@ -274,3 +282,30 @@ async def test_etcd_garbage_forged_or_undecodable_evidence_is_never_evidence(
         assert time.monotonic() - silent <= TTL_S + 1.5
         assert all(r.sensor != "forged" for r in follower.fed)
         await forger.close()
+
+
+async def test_etcd_recovers_a_watcher_without_a_lease_from_a_stall(etcd: EtcdServer) -> None:
+    # A follower sends etcd nothing while the watch brings news; a frozen etcd brings
+    # none, so it asks after quiet_s (3 TTLs), finds no answer and says so.
+    agent = EtcdAgent(EtcdClient([etcd.url], timeout_s=0.5), "w1", prefix=PREFIX, lease_ttl_s=2)
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_until(lambda: agent.up, what="joined")
+        assert agent.claims.lease == 0 and agent.quiet_s == 6.0
+        assert etcd.proc is not None
+        freeze(etcd.proc.pid)
+        frozen = time.monotonic()
+        try:
+            await wait_until(lambda: not agent.up, timeout=agent.quiet_s + 3, what="noticed")
+            assert time.monotonic() - frozen <= agent.quiet_s + 0.5 + 1.0
+        finally:
+            os.kill(etcd.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        await wait_until(lambda: agent.up, timeout=10, what="up again after the stall")
+        assert time.monotonic() - resumed < 3.0  # its next good exchange, not a TTL
+        assert agent.claims.lease == 0 and agent.grants == 0  # still holding nothing
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await agent.close()
