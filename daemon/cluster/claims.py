@@ -174,7 +174,7 @@ class Claims:
         if watts <= 0.0:
             await self.etcd.txn([], [delete_op(key)])
             return
-        await self.etcd.put(key, orjson.dumps({"watts": round(watts, 1)}), self._leased())
+        await self.etcd.put(key, orjson.dumps({"watts": round(watts, 1)}), await self._leased())
 
     async def record_cap(self, storm_nodes: int, window_s: float) -> None:
         """This node newly capped: counted once per window toward the fleet's cap storm,
