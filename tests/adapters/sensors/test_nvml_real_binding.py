@@ -66,6 +66,7 @@ def test_fake_raises_what_real_pynvml_raises_before_init(fn: str) -> None:
         "nvmlDeviceGetTemperatureThreshold": (None, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         "nvmlDeviceGetFieldValues": (None, [pynvml.NVML_FI_DEV_MEMORY_TEMP]),
         "nvmlDeviceSetPowerManagementLimit": (None, 300_000),
+        "nvmlDeviceGetViolationStatus": (None, pynvml.NVML_PERF_POLICY_THERMAL),
     }.get(fn, (None,))
     if _library_loads() and fn != "nvmlDeviceGetCount":
         pytest.skip("with a driver present, real calls on a None handle are not comparable")
