@@ -62,15 +62,21 @@ async def receiver() -> AsyncIterator[FakeWebhookScheduler]:
 # so each starts once.
 _SHARED_SERVICES = {"cluster": "slurm-22.05", "slurm24_cluster": "slurm-24.11"}
 _WIDE_SCOPES = {"module", "package", "session"}
+# Minutes of work each on one worker (the rest is spread test by test).
+_FIRST = {"e2e-real-time": 0, "systemd-and-wheel": 1, "slurm-22.05": 2, "slurm-24.11": 3}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group tests for ``--dist loadgroup``: one worker per shared service, one per file
     whose tests share a module-wide fixture (a server started once for the file)."""
+    groups: dict[str, str | None] = {}
     for item in items:
-        group = _xdist_group(item)
+        group = groups[item.nodeid] = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # The long serial groups first: xdist hands work out in collection order, and a long
+    # group handed out last runs alone at the end while the other workers idle.
+    items.sort(key=lambda item: _FIRST.get(groups[item.nodeid] or "", len(_FIRST)))
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
