@@ -1,7 +1,8 @@
 """One rack's evidence at one evaluation: its cooling loop, its inlet air, and its assessment.
 
-Built from the rack's tracker (policies/rack_tracker.py) once per rack per
-evaluation and shared by the rack's nodes; :mod:`policies.attribution` holds the
+Read from the rack's tracker (policies/rack_tracker.py) when its readings changed
+(:class:`RackReadings`), completed with the nodes' margins once per rack per
+evaluation, and shared by the rack's nodes; :mod:`policies.attribution` holds the
 evidence's types and names the fault domain from it.
 """
 
@@ -14,7 +15,7 @@ from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence
 from policies.freshness import absent, fresh_value
 from policies.model import Assessment, Condition, FaultDomain, Reading, SensorKind
-from policies.rack_tracker import RackTracker, SlowSeries
+from policies.rack_tracker import RackStamp, RackTracker, SlowSeries
 from policies.settings import PolicySettings
 from policies.wording import minutes
 
@@ -28,10 +29,39 @@ class RackEvidence:
     assessment: Assessment | None  # None: the rack reports nothing the policy reads
 
 
-def rack_evidence(
-    rack: str, rt: RackTracker, now: float, node_margins: Mapping[str, float], s: PolicySettings
-) -> RackEvidence:
-    """The evidence of ``rack`` at ``now``; ``node_margins``: each node's least GPU margin."""
+@dataclass(frozen=True, slots=True)
+class RackReadings:
+    """What a rack's evidence takes from its readings at one ``now``: all but the margins."""
+
+    tracker: RackTracker
+    settings: PolicySettings
+    stamp: RackStamp
+    loop: LoopEvidence
+    air: AirEvidence
+    supply: float | None  # the highest fresh coolant supply
+    parts: tuple[str, ...]  # the inlet gradient's and the coolant dT's words
+
+    def hold(self, rt: RackTracker, now: float, s: PolicySettings) -> bool:
+        """Reading ``rt`` with ``s`` at ``now`` would find all the same.
+
+        Besides freshness and the cooling unit's silence (the stamp), ``now`` enters
+        only a forecast's time to a limit: while there is none, nothing else moves.
+        """
+        return (
+            rt is self.tracker
+            and s is self.settings
+            and self.loop.limit_early_s is None
+            and self.air.limit_early_s is None
+            and rt.reads_as(self.stamp, now)
+        )
+
+
+def rack_readings(
+    rack: str, rt: RackTracker, now: float, s: PolicySettings, last: RackReadings | None = None
+) -> RackReadings:
+    """What ``rack`` reads at ``now``: ``last`` again if it still holds."""
+    if last is not None and last.hold(rt, now, s):
+        return last
     loop = loop_evidence(rack, rt, now, s)
     air, probes = air_evidence(rack, rt, now, s)
     supply = highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, s)
@@ -45,6 +75,15 @@ def rack_evidence(
     delta_t = gradient.coolant_delta_t(supply, ret)
     if delta_t is not None:
         parts.append(f"coolant dT {delta_t:.1f}C")
+    return RackReadings(rt, s, rt.stamp(now), loop, air, supply, tuple(parts))
+
+
+def rack_evidence(
+    rack: str, readings: RackReadings, now: float, node_margins: Mapping[str, float]
+) -> RackEvidence:
+    """The evidence of ``rack`` at ``now``; ``node_margins``: each node's least GPU margin."""
+    loop, air, supply, s = readings.loop, readings.air, readings.supply, readings.settings
+    parts = list(readings.parts)
     spread = gradient.margin_spread(node_margins)
     if spread is not None:
         parts.append(f"GPU margin spread across nodes {spread:.1f}C")
