@@ -34,7 +34,7 @@ from policies.model import (
 )
 from policies.node import HOT, judge_node
 from policies.power_cap import CapDecision, CapLadder
-from policies.rack import RackEvidence, evidence_seen, rack_evidence
+from policies.rack import RackEvidence, RackReadings, evidence_seen, rack_evidence, rack_readings
 from policies.rules import Gates, NodeState, Verdict, transition
 from policies.safety import (
     RACK_DOMAINS,
@@ -154,6 +154,8 @@ class Policy:
     _gpu_order: dict[str, tuple[dict[str, GpuTracker], list[str]]] = field(
         init=False, default_factory=dict
     )
+    # Per rack: what it read at the last evaluation, read again only once it moved.
+    _rack_readings: dict[str, RackReadings] = field(init=False, default_factory=dict)
     # The cap rung (policies/power_cap.py): None while [power_cap] is off.
     caps: CapLadder | None = field(init=False, default=None)
     cap_decisions: list[CapDecision] = field(init=False, default_factory=list)  # the last's
@@ -220,10 +222,12 @@ class Policy:
                 margins[rack][n] = min(known)
             if any(g.condition in HOT for g in gpus[n]):
                 trouble[rack] += 1
-        evidence = {
-            rk: rack_evidence(rk, self.tracker.rack[rk], now, margins[rk], s)
-            for rk in {self.rack_of[n] for n in wanted}
-        }
+        evidence = {}
+        for rk in {self.rack_of[n] for n in wanted}:
+            last = self._rack_readings.get(rk)
+            readings = rack_readings(rk, self.tracker.rack[rk], now, s, last)
+            self._rack_readings[rk] = readings
+            evidence[rk] = rack_evidence(rk, readings, now, margins[rk])
         if self.caps is not None:
             self.cap_decisions = self._caps(self.caps, now, wall, wanted, gpus, evidence, view)
         out = {}

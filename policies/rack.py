@@ -1,20 +1,22 @@
 """One rack's evidence at one evaluation: its cooling loop, its inlet air, and its assessment.
 
-Built from the rack's tracker (policies/rack_tracker.py) once per rack per
-evaluation and shared by the rack's nodes; :mod:`policies.attribution` holds the
+Read from the rack's tracker (policies/rack_tracker.py) again only once its readings or
+their freshness moved (:class:`RackReadings`), completed with the nodes' margins once per
+rack per evaluation, and shared by the rack's nodes; :mod:`policies.attribution` holds the
 evidence's types and names the fault domain from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from policies import gradient
 from policies.attribution import AirEvidence, LoopEvidence
 from policies.freshness import absent, fresh_value
 from policies.model import Assessment, Condition, FaultDomain, Reading, SensorKind
-from policies.rack_tracker import RackTracker, SlowSeries
+from policies.rack_tracker import RackStamp, RackTracker, SlowSeries
 from policies.settings import PolicySettings
 from policies.wording import minutes
 
@@ -28,12 +30,67 @@ class RackEvidence:
     assessment: Assessment | None  # None: the rack reports nothing the policy reads
 
 
-def rack_evidence(
-    rack: str, rt: RackTracker, now: float, node_margins: Mapping[str, float], s: PolicySettings
-) -> RackEvidence:
-    """The evidence of ``rack`` at ``now``; ``node_margins``: each node's least GPU margin."""
-    loop = loop_evidence(rack, rt, now, s)
-    air, probes = air_evidence(rack, rt, now, s)
+E = TypeVar("E", LoopEvidence, AirEvidence)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldEvidence(Generic[E]):
+    """Evidence read once from a rack's readings; only its time to a limit moves with ``now``."""
+
+    steady: E  # as if no series were on its way to the limit
+    what: str = ""  # the series' name in the words ("supply", "inlet")
+    rising: tuple[SlowSeries, ...] = ()  # fresh series on a trusted rising trend
+    head: tuple[str, ...] = ()  # the words before the time to the limit
+    tail: tuple[str, ...] = ()  # and after it
+
+    def at(self, now: float) -> E:
+        """The evidence at ``now``: the earliest time a rising series reaches the limit."""
+        steady = self.steady
+        limit = steady.limit_c
+        if limit is None:  # nothing read, so nothing rising
+            return steady
+        early: float | None = None
+        for series in self.rising:
+            e = _limit_early(series, limit, now)
+            if e is not None and (early is None or e < early):
+                early = e
+        if early is None:
+            return steady
+        words: list[str] = list(self.head)
+        if not steady.over_limit:
+            words.append(f"{self.what} limit {limit:.0f}C in ~{minutes(early)}")
+        return replace(steady, detail=", ".join([*words, *self.tail]), limit_early_s=early)
+
+
+@dataclass(frozen=True, slots=True)
+class RackReadings:
+    """What a rack's evidence takes from its readings at one ``now``: all but the margins."""
+
+    tracker: RackTracker
+    settings: PolicySettings
+    stamp: RackStamp
+    loop: HeldEvidence[LoopEvidence]
+    air: HeldEvidence[AirEvidence]
+    supply: float | None  # the highest fresh coolant supply
+    parts: tuple[str, ...]  # the inlet gradient's and the coolant dT's words
+
+    def hold(self, rt: RackTracker, now: float, s: PolicySettings) -> bool:
+        """Reading ``rt`` with ``s`` at ``now`` would find all the same.
+
+        Besides freshness and the cooling unit's silence (the stamp), ``now`` enters
+        only the times to a limit, which :meth:`HeldEvidence.at` works out at each ``now``.
+        """
+        return rt is self.tracker and s is self.settings and rt.reads_as(self.stamp, now)
+
+
+def rack_readings(
+    rack: str, rt: RackTracker, now: float, s: PolicySettings, last: RackReadings | None = None
+) -> RackReadings:
+    """What ``rack`` reads at ``now``: ``last`` again if it still holds."""
+    if last is not None and last.hold(rt, now, s):
+        return last
+    loop = _loop_read(rack, rt, now, s)
+    air, probes = _air_read(rack, rt, now, s)
     supply = highest_fresh(rt, SensorKind.COOLANT_SUPPLY_TEMPERATURE, now, s)
     ret = highest_fresh(rt, SensorKind.COOLANT_RETURN_TEMPERATURE, now, s)
     parts = []
@@ -45,6 +102,16 @@ def rack_evidence(
     delta_t = gradient.coolant_delta_t(supply, ret)
     if delta_t is not None:
         parts.append(f"coolant dT {delta_t:.1f}C")
+    return RackReadings(rt, s, rt.stamp(now), loop, air, supply, tuple(parts))
+
+
+def rack_evidence(
+    rack: str, readings: RackReadings, now: float, node_margins: Mapping[str, float]
+) -> RackEvidence:
+    """The evidence of ``rack`` at ``now``; ``node_margins``: each node's least GPU margin."""
+    loop, air = readings.loop.at(now), readings.air.at(now)
+    supply, s = readings.supply, readings.settings
+    parts = list(readings.parts)
     spread = gradient.margin_spread(node_margins)
     if spread is not None:
         parts.append(f"GPU margin spread across nodes {spread:.1f}C")
@@ -87,6 +154,12 @@ def rack_evidence(
 
 def loop_evidence(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> LoopEvidence:
     """The cooling loop of ``rack`` as its coolant, pump and leak series show it at ``now``."""
+    return _loop_read(rack, rt, now, s).at(now)
+
+
+def _loop_read(
+    rack: str, rt: RackTracker, now: float, s: PolicySettings
+) -> HeldEvidence[LoopEvidence]:
     stale = s.rack_stale_after_s
     confirm = s.flow_loss_confirm_s
 
@@ -101,7 +174,7 @@ def loop_evidence(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
     leak_v = [fresh_value(r, now, stale) for _, r in leaks]
     every = [*supply_v, *flow_v, *return_v, *pump_v, *leak_v]
     if not every:
-        return LoopEvidence()
+        return HeldEvidence(LoopEvidence())
     # Every flag below comes from fresh readings only, so a fresh leak or a stopped
     # pump counts even while another coolant series is stale or BAD; ``known``
     # (all of them fresh) is what "healthy" needs. Absent series (not fitted, never
@@ -147,7 +220,7 @@ def loop_evidence(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
     rate: float | None = None
     limit = _supply_limit(rack, rt, now, s)
     over = False
-    early: float | None = None
+    rising = []
     for (_, sup), v in zip(supplies, supply_v, strict=True):
         if v is None:
             continue
@@ -162,46 +235,50 @@ def loop_evidence(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> 
         if r is not None:
             rate = r if rate is None else max(rate, r)
             words.append(f"supply rising {r * 60:+.2f}C/min")
-        e = _limit_early(sup, limit, now)
-        if e is not None and (early is None or e < early):
-            early = e
-    if early is not None and not over:
-        words.append(f"supply limit {limit:.0f}C in ~{minutes(early)}")
+            rising.append(sup)
+    tail = []
     silent = rt.coolant_silent(now)
     if silent:
-        words.append("cooling unit not answering")
+        tail.append("cooling unit not answering")
     if not known:
-        words.append("some coolant series stale or BAD")
-    return LoopEvidence(
+        tail.append("some coolant series stale or BAD")
+    steady = LoopEvidence(
         True,
         known,
         leak,
         pump_lost or flow_confirmed,
         risen or rate is not None,
         rate,
-        ", ".join(words),
+        ", ".join([*words, *tail]),
         supply_risen=risen,
         silent=silent,
         limit_c=limit,
         over_limit=over,
-        limit_early_s=early,
     )
+    return HeldEvidence(steady, "supply", tuple(rising), tuple(words), tuple(tail))
 
 
 def air_evidence(
     rack: str, rt: RackTracker, now: float, s: PolicySettings
 ) -> tuple[AirEvidence, dict[str, float]]:
     """The inlet air of ``rack`` at ``now``, and each fresh probe's value by its label."""
+    held, probes = _air_read(rack, rt, now, s)
+    return held.at(now), probes
+
+
+def _air_read(
+    rack: str, rt: RackTracker, now: float, s: PolicySettings
+) -> tuple[HeldEvidence[AirEvidence], dict[str, float]]:
     stale = s.rack_stale_after_s
     inlets = {k: x for k, x in rt.slow[SensorKind.INLET_TEMPERATURE].items() if not x.absent}
     if not inlets:
-        return AirEvidence(), {}
+        return HeldEvidence(AirEvidence()), {}
     limit = s.inlet_limit(rack)
     probes: dict[str, float] = {}
     known = True
     over = False
     rate: float | None = None
-    early: float | None = None
+    rising = []
     words = []
     for key, series in sorted(inlets.items()):
         v = fresh_value(series.latest, now, stale)
@@ -216,18 +293,15 @@ def air_evidence(
             over = True
             words.append(f"inlet {probe} {level:.1f}C at or above its limit {limit:.0f}C")
         r = _rising_rate(series)
-        if r is not None and (rate is None or r > rate):
-            rate = r
-        e = _limit_early(series, limit, now)
-        if e is not None and (early is None or e < early):
-            early = e
+        if r is not None:
+            rising.append(series)
+            if rate is None or r > rate:
+                rate = r
     if rate is not None:
         words.append(f"inlet air rising {rate * 60:+.2f}C/min")
-    if early is not None and not over:
-        words.append(f"inlet limit {limit:.0f}C in ~{minutes(early)}")
-    if not known:
-        words.append("some inlet probes stale or BAD")
-    return AirEvidence(True, known, rate, ", ".join(words), limit, over, early), probes
+    tail = [] if known else ["some inlet probes stale or BAD"]
+    steady = AirEvidence(True, known, rate, ", ".join([*words, *tail]), limit, over)
+    return HeldEvidence(steady, "inlet", tuple(rising), tuple(words), tuple(tail)), probes
 
 
 def _present(by_key: Mapping[str, SlowSeries]) -> list[tuple[str, SlowSeries]]:

@@ -20,6 +20,16 @@ from policies.model import Reading, SensorKind
 from policies.settings import PolicySettings
 
 
+@dataclass(frozen=True, slots=True)
+class RackStamp:
+    """A rack's readings as read at ``at``: see :meth:`RackTracker.reads_as`."""
+
+    version: int
+    at: float
+    oldest_fresh: float | None  # the time of the oldest reading fresh at ``at``
+    silent: bool  # the cooling unit silent at ``at``
+
+
 @dataclass(slots=True)
 class LossRun:
     """A run of successive samples of one series that all showed loss (flow low, pump stopped)."""
@@ -194,17 +204,19 @@ class RackTracker:
     # When the cooling unit last answered, and its usual poll interval.
     coolant_last: float | None = field(init=False, default=None)
     coolant_interval_s: float | None = field(init=False, default=None)
-    _observed: int = field(init=False, default=0)  # readings taken: the reference's version
+    # Bumped at each reading taken and each reload: what is remembered from this
+    # rack's readings (the reference, a RackStamp) holds only while it is unchanged.
+    version: int = field(init=False, default=0)
     _reference: tuple[float, int, float | None] | None = field(init=False, default=None)
 
     def configure(self, settings: PolicySettings) -> None:
         """Read these settings from now on (a reload that keeps the windows' shape)."""
         self.settings = settings
-        self._reference = None  # found with the old staleness
+        self.version += 1  # what was found with the old staleness is not reused
 
     def observe(self, r: Reading) -> None:
         """Take one rack-level reading; kinds the policy does not use are ignored."""
-        self._observed += 1
+        self.version += 1
         # Each field read once: the key is a property of a Reading, built when read.
         kind, value, mono = r.kind, r.value, r.mono
         ok = r.usable
@@ -250,10 +262,10 @@ class RackTracker:
         """What the GPUs reject heat to: the highest fresh coolant supply, else inlet air."""
         # Asked at every GPU temperature sample: remembered until a reading or time moves.
         last = self._reference
-        if last is not None and last[0] == now and last[1] == self._observed:
+        if last is not None and last[0] == now and last[1] == self.version:
             return last[2]
         value = self._reference_now(now)
-        self._reference = (now, self._observed, value)
+        self._reference = (now, self.version, value)
         return value
 
     def _reference_now(self, now: float) -> float | None:
@@ -267,6 +279,33 @@ class RackTracker:
             if values:
                 return max(values)
         return None
+
+    def stamp(self, now: float) -> RackStamp:
+        """What reading this rack at ``now`` depends on, for :meth:`reads_as`."""
+        stale = self.settings.rack_stale_after_s
+        slow = [x.latest for by_key in self.slow.values() for x in by_key.values()]
+        state = [r for by_key in self.state.values() for r in by_key.values()]
+        fresh = [
+            r.mono
+            for r in (*slow, *state)
+            if r is not None and fresh_value(r, now, stale) is not None
+        ]
+        return RackStamp(self.version, now, min(fresh, default=None), self.coolant_silent(now))
+
+    def reads_as(self, stamp: RackStamp, now: float) -> bool:
+        """Every reading is as fresh, and the cooling unit as silent, at ``now`` as at the stamp's.
+
+        Nothing was taken since; time has not gone back, so what was stale is still
+        stale; and the oldest reading that was fresh still is, so (subtraction being
+        monotonic) every newer one is too.
+        """
+        oldest = stamp.oldest_fresh
+        return (
+            stamp.version == self.version
+            and now >= stamp.at
+            and (oldest is None or now - oldest <= self.settings.rack_stale_after_s)
+            and self.coolant_silent(now) == stamp.silent
+        )
 
     def coolant_silent(self, now: float) -> bool:
         """The cooling unit has missed two polls (or never answered with data)."""

@@ -273,3 +273,40 @@ def test_one_low_supply_sample_does_not_set_the_window_low() -> None:
             )
         )
     assert series.window_low() == pytest.approx(30.0)
+
+
+# -- held readings ----------------------------------------------------------------------
+
+
+def test_held_rack_readings_give_at_every_second_what_a_fresh_read_gives() -> None:
+    # A supply ramping toward its limit (a time to it that moves every second), then a
+    # cooling unit that stops answering (series going stale, the unit silent).
+    sim = Sim()
+    rt = sim.policy.tracker.rack["r1"]
+    margins = {"n1": 20.0, "n2": 25.0}
+    held = None
+    reused = forecast = stale = 0
+    for t in range(1500):
+        cdu = {**HEALTHY_CDU, "supply": 30.0 + t / 120, "inlet": 24.0} if t < 1400 else None
+        sim.step({"n1": COOL, "n2": COOL}, cdu)
+        now = sim.t - 1.0
+        last, held = held, rack.rack_readings("r1", rt, now, S, held)
+        fresh = rack.rack_readings("r1", rt, now, S)
+        assert rack.rack_evidence("r1", held, now, margins) == rack.rack_evidence(
+            "r1", fresh, now, margins
+        )
+        reused += held is last
+        forecast += held.loop.at(now).limit_early_s is not None
+        stale += not held.loop.at(now).known
+    assert reused > 1000 and forecast > 100 and stale > 50
+
+
+def test_held_rack_readings_are_read_again_after_a_reload() -> None:
+    sim = Sim()
+    sim.run(10, {"n1": COOL, "n2": COOL}, HEALTHY_CDU)
+    rt = sim.policy.tracker.rack["r1"]
+    held = rack.rack_readings("r1", rt, 9.0, S)
+    assert rack.rack_readings("r1", rt, 9.5, S, held) is held
+    tighter = replace(S, supply_limit_c=25.0)
+    reread = rack.rack_readings("r1", rt, 9.5, tighter, held)
+    assert reread.loop.at(9.5).over_limit and not held.loop.at(9.5).over_limit
