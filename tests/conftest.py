@@ -64,6 +64,10 @@ _SHARED_SERVICES = {"cluster": "slurm-22.05", "slurm24_cluster": "slurm-24.11"}
 _WIDE_SCOPES = {"module", "package", "session"}
 # Minutes of work each on one worker (the rest is spread test by test).
 _FIRST = {"e2e-real-time": 0, "systemd-and-wheel": 1, "slurm-22.05": 2, "slurm-24.11": 3}
+# Files whose tests share a simulation run through a per-process cache: split over
+# workers, each would simulate the same scenarios again.
+_CACHED_RUNS = ("tests/policies/test_scenarios.py", "tests/fakes/test_simulator.py")
+_FIRST.update({path: 4 for path in _CACHED_RUNS})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -88,6 +92,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
         # Whole clusters in real time at a simulated speed: one at a time, so two never
         # share the cores a speed was chosen for.
         return "e2e-real-time"
+    if path in _CACHED_RUNS:
+        return path
     names = getattr(item, "fixturenames", ())
     for fixture, group in _SHARED_SERVICES.items():
         if fixture in names:
