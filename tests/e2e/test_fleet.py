@@ -22,9 +22,10 @@ import pytest
 from daemon.cluster.etcd import EtcdClient
 from fakes.cdu_server import FakeCduServer
 from fakes.demo import RackFakes
-from fakes.etcd_server import EtcdServer, etcd_available
+from fakes.etcd_server import EtcdServer
 from fakes.sim import Event, EventKind, SimulatedRack, load_scenario
 from fakes.slurmrestd import Write
+from tests.support.etcd import served_etcd
 from tests.support.fleet import FleetRun, max_predictive_out
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_for_result, wait_until
@@ -54,13 +55,7 @@ def racks(
 
 @pytest.fixture
 def etcd() -> Iterator[EtcdServer]:
-    why = etcd_available()
-    if why:
-        pytest.skip(why)
-    server = EtcdServer()
-    server.start()
-    yield server
-    server.close()
+    yield from served_etcd()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from fakes.etcd_server import EtcdServer
 from fakes.kube_api import FakeKubeApi
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
 from policies.settings import PolicySettings
+from tests.support.etcd import stop_all
 from tests.support.secrets import write_secret
 from tests.support.wait import wait_until
 
@@ -69,14 +70,7 @@ async def kube(etcd_server: EtcdServer, prefix: str, tmp_path: Path) -> AsyncIte
         for v, a in zip(views, agents, strict=True)
     }
     yield Kube(api, views, sinks, tasks)
-    every = [t for ts in tasks.values() for t in ts]
-    for t in every:
-        t.cancel()
-    await asyncio.gather(*every, return_exceptions=True)
-    for a in agents:
-        await a.close()
-    for s in sinks:
-        await s.close()
+    await stop_all((t for ts in tasks.values() for t in ts), agents, sinks)
     await api.stop()
 
 

@@ -20,6 +20,7 @@ from daemon.cluster.shared_view import SharedView
 from daemon.service.cluster import FleetCollector
 from fakes.etcd_server import EtcdServer
 from policies.settings import PolicySettings
+from tests.support.etcd import stop_all
 from tests.support.wait import wait_until
 
 REASON = "rackguard[cooling_loop]: cooling loop failing"
@@ -73,12 +74,7 @@ async def fleet(etcd_server: EtcdServer, prefix: str) -> AsyncIterator[Agents]:
         for v, a in zip(views, agents, strict=True)
     }
     yield Agents(views, listing, tasks)
-    every = [t for ts in tasks.values() for t in ts]
-    for t in every:
-        t.cancel()
-    await asyncio.gather(*every, return_exceptions=True)
-    for a in agents:
-        await a.close()
+    await stop_all((t for ts in tasks.values() for t in ts), agents)
 
 
 def shared(v: SchedulerView) -> SharedView:

@@ -25,7 +25,8 @@ from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.cluster.shared_view import SharedView
-from fakes.etcd_server import EtcdServer, etcd_available
+from fakes.etcd_server import EtcdServer
+from tests.support.etcd import served_etcd
 from tests.support.slurm import NODES, Cluster
 from tests.support.wait import wait_until
 
@@ -106,13 +107,7 @@ async def test_the_fleets_full_reads_stay_within_the_budget_counted_at_slurmctld
 
 @pytest.fixture
 def etcd() -> Iterator[EtcdServer]:
-    why = etcd_available()
-    if why:
-        pytest.skip(why)
-    server = EtcdServer()
-    server.start()
-    yield server
-    server.close()
+    yield from served_etcd()
 
 
 @contextlib.asynccontextmanager
