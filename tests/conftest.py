@@ -70,6 +70,9 @@ _CACHED_RUNS = ("tests/policies/test_scenarios.py", "tests/fakes/test_simulator.
 _FIRST.update({path: 4 for path in _CACHED_RUNS})
 
 
+# tryfirst: xdist's worker reads the marks in its own hook of this name, registered after
+# this conftest and so called before it; marks added after that are never seen.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group tests for ``--dist loadgroup``: one worker per shared service, one per file
     whose tests share a module-wide fixture (a server started once for the file)."""
