@@ -39,6 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from adapters.sensors.opcua_profiles import unece_code
+from fakes.opcua_space import init_server
 from fakes.sim.thermal import CduSnapshot
 
 log = logging.getLogger(__name__)
@@ -319,7 +320,7 @@ class FakeCduServer:
 
     async def _build(self) -> Server:
         server = Server()
-        await server.init()
+        await init_server(server)
         server.disable_clock(True)  # else stop() waits up to 1 s for the clock task
         server.set_endpoint(self.url)
         server.set_server_name("rackguard fake CDU")
