@@ -13,10 +13,16 @@ from fakes.sim import load_scenario
 pytestmark = pytest.mark.scenario
 
 
-async def test_hot_gpu_drains_only_the_heated_node_before_slowdown() -> None:
-    out = io.StringIO()
-    # x15: GPU poll timeouts of 0.053 s, which a busy host meets (faster is marked invalid).
-    result = await run_scenario("hot-gpu", speed=15, seed=7, out=out)
+async def test_hot_gpu_drains_only_its_node_before_slowdown_and_resumes_it_repaired() -> None:
+    # One run for both halves of the story (a whole stack in real time costs a minute).
+    # Repaired at t=720 s: GPU 3 is back under the exit margin by ~760 s, and its
+    # full-load estimate follows the repair as it cools (an upper bound on its thermal
+    # resistance). Healthy for resume_after (120 s here), it resumes at ~890 s: the
+    # shipped 900 s leave ~10 s, which one stale poll on a loaded machine takes, so the
+    # run is given three more minutes. x16: the fastest the demo plays (it lowers more);
+    # GPU poll timeouts of 0.05 s, which a busy host meets (slower is marked invalid).
+    scenario = replace(load_scenario("hot-gpu"), duration_s=1080.0)
+    result = await run_scenario(scenario, speed=16, seed=7, out=io.StringIO())
     assert result.acted_nodes == {"gpu-node-02"}
     drain = result.first_action("gpu-node-02")
     assert drain is not None and drain.action == "drain"
@@ -27,7 +33,7 @@ async def test_hot_gpu_drains_only_the_heated_node_before_slowdown() -> None:
     assert (node, gpu) == ("gpu-node-02", 3)
     assert drain.t < crossing_t - 30  # drained well before the GPU throttles
     assert result.as_expected
-    # A machine too busy for x15 (the loop stalled, a GPU poll timed out) is said, not hidden.
+    # A machine too busy for x16 (the loop stalled, a GPU poll timed out) is said, not hidden.
     verdict = "outcome INVALID (" if result.invalid else "outcome as expected"
     assert verdict in summary(result)
     # Every agent polled its GPUs, the rack's PDU over SNMP and the CDU over OPC-UA.
@@ -35,16 +41,7 @@ async def test_hot_gpu_drains_only_the_heated_node_before_slowdown() -> None:
         n: {"gpus": "up", "pdu": "up", "cdu": "up"}
         for n in ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
     }
-
-
-async def test_hot_gpu_repaired_node_is_back_in_service_by_the_end() -> None:
-    # Repaired at t=720 s: GPU 3 is back under the exit margin by ~760 s, and its
-    # full-load estimate follows the repair as it cools (an upper bound on its thermal
-    # resistance). Healthy for resume_after (120 s here), it resumes at ~890 s: the
-    # shipped 900 s leave ~10 s, which one stale poll on a loaded machine takes, so the
-    # run is given three more minutes. x16: the fastest the demo plays (it lowers more).
-    scenario = replace(load_scenario("hot-gpu"), duration_s=1080.0)
-    result = await run_scenario(scenario, speed=16, seed=7, out=io.StringIO())
+    # Repaired: excluded at the crossing, then back in service by the end.
     assert [d.action for d in result.decisions] == ["drain", "exclude", "resume"]
     assert result.decisions[-1].t > 720.0
     assert result.final_state == {"gpu-node-02": "idle"}
