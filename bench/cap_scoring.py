@@ -41,7 +41,7 @@ from fakes.sim.thermal import RackSimulator
 from fakes.sim.trace_writer import RACK_NAME, WALL_EPOCH, gpu_readings, rack_readings
 from policies.model import Action, Reading, SensorKind
 from policies.policy import Policy
-from policies.power_cap import CapAction, CapLadder, CapSettings, CapState
+from policies.power_cap import CapAction, CapDecision, CapLadder, CapSettings, CapState
 from policies.replay import Replayer
 from policies.safety import ClusterLedger
 from policies.settings import PolicySettings, RackLimits
@@ -76,11 +76,24 @@ class LadderRun:
         return self.first_slowdown_s - max(self.first_out[n] for n in nodes)
 
 
-def _policy(sc: Scenario, settings: PolicySettings, caps: bool) -> Policy:
+@dataclass(frozen=True)
+class Hooks:
+    """What a test does to a closed-loop run: the readings the policy gets, whether a cap
+    decision reaches the GPU (False: refused, e.g. NVML_ERROR_NO_PERMISSION, and forgotten
+    by the ladder as the daemon's applier does), another actor's moves before each step."""
+
+    readings: Callable[[float, list[Reading]], list[Reading]] | None = None
+    apply: Callable[[float, CapDecision], bool] | None = None
+    step: Callable[[float, RackSimulator], None] | None = None
+
+
+def _policy(
+    sc: Scenario, settings: PolicySettings, caps: bool, cap_settings: CapSettings | None = None
+) -> Policy:
     policy = Policy(settings, {RACK_NAME: sc.rack.nodes})
     model = sc.rack.model
     if caps:
-        ladder = CapLadder(CapSettings())
+        ladder = CapLadder(cap_settings or CapSettings())
         for node in sc.rack.nodes:
             for i in range(sc.rack.gpus_per_node):
                 ladder.observe_limit(node, str(i), model.min_power_limit_w, model.power_limit_w)
@@ -95,6 +108,8 @@ def run_ladder(
     caps: bool,
     restart_at: float | None = None,
     carry: Callable[[Policy], list[CapState]] | None = None,
+    cap_settings: CapSettings | None = None,
+    hooks: Hooks | None = None,
 ) -> LadderRun:
     """Run a scenario closed loop, with or without the cap rung.
 
@@ -105,7 +120,8 @@ def run_ladder(
     sc = load_scenario(scenario) if isinstance(scenario, str) else scenario
     sim = RackSimulator(sc)
     racks = {RACK_NAME: sc.rack.nodes}
-    policy = _policy(sc, settings, caps)
+    policy = _policy(sc, settings, caps, cap_settings)
+    hooks = hooks or Hooks()
     model = sc.rack.model
     ledger = ClusterLedger(racks, max(settings.storm_window_s, settings.resume_window_s))
     run = LadderRun(sc.name, caps, onset_s=onset(sc))
@@ -115,25 +131,34 @@ def run_ladder(
         if restart_at is not None and t == restart_at:
             kept = carry(policy) if carry is not None else []
             states = policy.states
-            policy = _policy(sc, settings, caps)
+            policy = _policy(sc, settings, caps, cap_settings)
             for node, st in states.items():
                 policy.restore(node, st.action, t, st.domain)
             if policy.caps is not None:
                 for cs in kept:
                     policy.caps.restore(replace(cs, since=t, last_step=t))
+        if hooks.step is not None:
+            hooks.step(t, sim)
         sim.run_until(t)
         snap = sim.snapshot()
         readings: list[Reading] = gpu_readings(snap, sc, WALL_EPOCH)
         if k % 5 == 0:
             readings += rack_readings(snap, RACK_NAME, WALL_EPOCH, sc.rack.empty_probe_slots)
+        if hooks.readings is not None:
+            readings = hooks.readings(t, readings)
         policy.observe(readings)
         outcomes = policy.evaluate(t, WALL_EPOCH + t, ledger.view(t))
         for c in policy.cap_decisions:
             run.log.append((t, f"{c.node} gpu{c.gpu}: {c.action.value} {c.watts:.0f}W"))
             if c.action is CapAction.CAP:
                 run.capped_gpus.add(f"{c.node}/gpu{c.gpu}")
-            if c.action is not CapAction.RELEASE:
-                sim.inject("power_cap", c.node, gpu=int(c.gpu), limit_w=c.watts)
+            if c.action is CapAction.RELEASE or c.dry_run:
+                continue  # nothing to set (dry_run: the decision is only recorded)
+            if hooks.apply is not None and not hooks.apply(t, c):
+                if policy.caps is not None:
+                    policy.caps.states.pop((c.node, c.gpu), None)
+                continue
+            sim.inject("power_cap", c.node, gpu=int(c.gpu), limit_w=c.watts)
         for node, o in outcomes.items():
             d = o.decision
             if d is not None:

@@ -40,8 +40,15 @@ def judge_node(
     rack_trouble: int,
     view: ClusterView,
     s: PolicySettings,
+    *,
+    derated: bool = False,
 ) -> tuple[Verdict, GpuView | None]:
-    """What the evidence says about ``node`` now, and the GPU its numbers are taken from."""
+    """What the evidence says about ``node`` now, and the GPU its numbers are taken from.
+
+    ``derated``: the cap ladder's inlet derate is enforced on every GPU of the node
+    (:meth:`policies.power_cap.CapLadder.derated`): its inlet air is held to the rack's
+    derate limit instead of the inlet limit.
+    """
     loop, air = ev.loop, ev.air
     known = [g for g in gpus if g.margin is not None]
     unknown = [g for g in gpus if g.margin is None]
@@ -81,7 +88,7 @@ def judge_node(
         return Verdict(
             Condition.CRITICAL, False, domain, wording.reason(hot, len(warning), domain, why, s)
         ), hot
-    facility = _facility(rack, gpus, ev, s)
+    facility = _facility(rack, gpus, ev, s, derated)
     if facility is not None:
         return facility, least_margin(near or known)
     if warning:
@@ -135,13 +142,20 @@ def _unfit(rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
 
 
 def _facility(
-    rack: str, gpus: list[GpuView], ev: RackEvidence, s: PolicySettings
+    rack: str, gpus: list[GpuView], ev: RackEvidence, s: PolicySettings, derated: bool
 ) -> Verdict | None:
     """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
     loop, air = ev.loop, ev.air
     horizon = s.drain_horizon_s
-    if air.over_limit:
-        reason = f"{REASON_PREFIX} inlet air of {rack} at or above its limit: {air.detail}"
+    derate = ev.derate if derated else None
+    if derate is not None:
+        air_over, air_near = derate.over, derate.within(horizon)
+        limit, detail = "its derate limit", derate.words()
+    else:
+        air_over, air_near = air.over_limit, air.limit_within(horizon)
+        limit, detail = "its limit", air.detail
+    if air_over:
+        reason = f"{REASON_PREFIX} inlet air of {rack} at or above {limit}: {detail}"
         return Verdict(Condition.CRITICAL, False, FaultDomain.RACK, reason)
     if loop.over_limit:
         reason = f"{REASON_PREFIX} coolant supply of {rack} at or above its limit: {loop.detail}"
@@ -165,8 +179,8 @@ def _facility(
     if loop.limit_within(horizon):
         reason = f"{REASON_PREFIX} coolant supply of {rack} nearing its limit: {loop.detail}"
         return Verdict(Condition.WARNING, False, FaultDomain.COOLING_LOOP, reason)
-    if air.limit_within(horizon):
-        reason = f"{REASON_PREFIX} inlet air of {rack} nearing its limit: {air.detail}"
+    if air_near:
+        reason = f"{REASON_PREFIX} inlet air of {rack} nearing {limit}: {detail}"
         return Verdict(Condition.WARNING, False, FaultDomain.RACK, reason)
     return None
 
