@@ -16,9 +16,18 @@ Steady state: ``T = T_ref + R * P`` (policies/headroom.py). Per GPU at each eval
   (a slow supply or inlet rise raises T_ref); a facility limit's drain never is. It
   escalates (the drain goes ahead, the cap stays) when the forecast has not turned
   within ``settle_s`` or ``P_cap`` would be below the minimum.
+* **Inlet rung** (``inlet_derate_limit_c`` set for the rack: the inlet air limit its
+  equipment is rated for with power derated, e.g. A2 35 C). The inlet's held level at
+  its limit, or its trusted forecast reaching it within twice the drain horizon: every
+  GPU of the rack's evaluated nodes is derated (cause "inlet"), linearly from the limit
+  before at the inlet limit to its minimum at the derate limit, in whole restore steps
+  (:class:`_Inlet`). While every GPU of a node reads back an enforced limit at or under
+  the step its inlet needs now (:meth:`CapLadder.derated`), the node's inlet drain uses
+  the derate limit (policies/node.py); otherwise the inlet limit's, as without it.
 * **Undo.** Healthy (margin at or above the exit margin, no forecast breach, no fast
   heating, flow present, the rack's supply and inlet not rising) for
-  ``healthy_after_s``: raise by ``restore_step_w`` every ``restore_every_s``, never
+  ``healthy_after_s`` (an inlet derate: the inlet also 2 C under its limit and settled):
+  raise by ``restore_step_w`` every ``restore_every_s``, never
   above the limit enforced before rackguard capped. If the enforced limit is not
   rackguard's (an admin changed it), the cap is released without a set: left as
   found, said in the decision.

@@ -9,7 +9,7 @@ from dataclasses import replace
 import msgspec
 import pytest
 
-from bench.cap_scoring import Hooks, LadderRun, run_ladder
+from bench.cap_scoring import Hooks, LadderRun, ladder_scenario, run_ladder
 from fakes.sim.scenario import Scenario, parse_scenario
 from fakes.sim.thermal import RackSimulator
 from policies.model import Reading, SensorKind
@@ -69,6 +69,23 @@ def caps_of(run: LadderRun) -> list[tuple[float, int]]:
 
 def outs(run: LadderRun, words: str) -> list[float]:
     return [t for t, line in run.log if words in line and ": cap " not in line]
+
+
+def test_power_cap_derate_crac_slow_bench_row() -> None:
+    """crac-slow as bench scores it (site rated A2 with derating, both runs): no GPU at
+    slowdown, far less given up than drain-only, which drains and excludes at A1. The
+    top inlet ends at ~33 C, short of 35 C: the derate limit's forecast drains the rack
+    in the run's last minute."""
+    sc, s = ladder_scenario("crac-slow", PolicySettings())
+    assert s.inlet_derate_limit_c == 35.0
+    base = run_ladder(sc, s, caps=False)
+    run = run_ladder(sc, s, caps=True)
+    assert base.slowdown_gpu_s == 0 and run.slowdown_gpu_s == 0
+    assert outs(base, A1_DRAIN) and outs(base, A1_EXCLUDE)
+    assert not outs(run, A1_DRAIN) and not outs(run, A1_EXCLUDE)
+    assert run.given_up_gpu_s < base.given_up_gpu_s / 5
+    assert len(run.capped_gpus) == 32
+    assert min(t for t, _ in caps_of(run)) < min(base.first_out.values())
 
 
 def test_power_cap_derate_caps_between_the_limits_instead_of_draining() -> None:
@@ -205,3 +222,19 @@ def test_power_cap_derate_decision_names_the_inlet_and_both_limits() -> None:
     assert "derated to 600W" in first
     over = next(c.reason for c in seen if c.watts == 500.0)
     assert "at or above its limit 32C" in over
+
+
+def test_power_cap_derate_restart_mid_derate_neither_doubles_nor_forgets() -> None:
+    """A restart at t=1000 s with the derate's rows carried (the decision store): not capped
+    again from the derated limit, still deferring the A1 drain, and restored after."""
+    run = run_ladder(
+        crac(9, restore_at=1800),
+        A3,
+        caps=True,
+        restart_at=1000.0,
+        carry=lambda p: list(p.caps.states.values()) if p.caps else [],
+    )
+    assert run.first_out == {}
+    assert [w for _, w in caps_of(run)] == [600, 500]
+    restores = [line for _, line in run.log if line.startswith("gpu-node-01 gpu0: restore")]
+    assert restores and restores[-1].endswith("restore 700W")
