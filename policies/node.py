@@ -10,9 +10,10 @@ load -> WARNING; a rack peer out of service for a rack-wide cause -> WARNING
 :mod:`policies.attribution`.
 
 Healthy (may resume): every GPU known, every margin at or above ``exit_margin_c``,
-no trusted forecast breach within twice the drain horizon, no originating rack
-peer still out for a rack-wide cause, and, for a node out for the rack or the
-loop, that evidence known (every series fresh) and healthy again.
+no trusted forecast breach within twice the drain horizon, the inlet air at least
+``INLET_CLEAR_C`` under its limit (no resume a probe's next uptick drains again), no
+originating rack peer still out for a rack-wide cause, and, for a node out for the
+rack or the loop, that evidence known (every series fresh) and healthy again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from policies.safety import RACK_DOMAINS, ClusterView, OutOfService
 from policies.settings import PolicySettings
 
 HOT: Final = (Condition.WARNING, Condition.CRITICAL)
+# Back into service only with the inlet air this far under its limit: a node resumed
+# with the air just under it is drained again at the next uptick of the probe (a flap).
+INLET_CLEAR_C: Final = 2.0
 
 
 def judge_node(
@@ -204,6 +208,9 @@ def _healthy(
     # Never back into a rack past (or heading for) a facility limit, or a loop without flow.
     horizon = 2 * s.drain_horizon_s
     if loop.flow_lost or loop.limit_within(horizon) or air.limit_within(horizon):
+        return False
+    clear = air.limit_c - INLET_CLEAR_C if air.limit_c is not None else None
+    if air.level_c is not None and clear is not None and air.level_c > clear:
         return False
     if state.domain is FaultDomain.COOLING_LOOP and loop.monitored and not loop.healthy:
         return False

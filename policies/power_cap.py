@@ -56,6 +56,7 @@ from typing import Final
 from policies.gpu import GpuView
 from policies.gpu_tracker import GpuTracker
 from policies.model import REASON_PREFIX, Condition
+from policies.node import INLET_CLEAR_C
 from policies.rack import InletDerate, RackEvidence
 from policies.settings import PolicySettings
 from policies.wording import minutes
@@ -67,8 +68,9 @@ _SAME_W = 1.0  # limits within a watt are the same limit (NVML reports milliwatt
 # applied when the level needs it leaves the node at the inlet limit's rules.
 DERATE_LEAD_S: Final = 60.0
 DERATE_AHEAD_C: Final = 0.5
-# Its undo starts counting healthy_after_s only with the inlet this far under its limit.
-DERATE_EXIT_C: Final = 2.0
+# Its undo starts counting healthy_after_s only with the inlet as far under its limit as
+# a node needs to resume (policies/node.py).
+DERATE_EXIT_C: Final = INLET_CLEAR_C
 
 
 class CapAction(enum.StrEnum):

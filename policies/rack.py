@@ -332,6 +332,7 @@ def _air_read(
         return HeldEvidence(AirEvidence()), {}
     limit = s.inlet_limit(rack)
     probes: dict[str, float] = {}
+    hottest: float | None = None
     known = True
     over = False
     rate: float | None = None
@@ -346,6 +347,8 @@ def _air_read(
         probe = series.latest.labels.get("probe", key)
         probes[probe] = v
         level = series.held_level()
+        if level is not None and (hottest is None or level > hottest):
+            hottest = level
         if level is not None and level >= limit:
             over = True
             words.append(f"inlet {probe} {level:.1f}C at or above its limit {limit:.0f}C")
@@ -357,7 +360,8 @@ def _air_read(
     if rate is not None:
         words.append(f"inlet air rising {rate * 60:+.2f}C/min")
     tail = [] if known else ["some inlet probes stale or BAD"]
-    steady = AirEvidence(True, known, rate, ", ".join([*words, *tail]), limit, over)
+    detail = ", ".join([*words, *tail])
+    steady = AirEvidence(True, known, rate, detail, limit, over, level_c=hottest)
     return HeldEvidence(steady, "inlet", tuple(rising), tuple(words), tuple(tail)), probes
 
 
