@@ -90,6 +90,7 @@ class AirEvidence:
     limit_c: float | None = None  # the inlet limit in force
     over_limit: bool = False  # a probe's held level is at or above the limit
     limit_early_s: float | None = None  # earliest plausible crossing of the limit (trusted)
+    level_c: float | None = None  # the hottest fresh probe's held level
 
     @property
     def rising(self) -> bool:

@@ -10,9 +10,10 @@ load -> WARNING; a rack peer out of service for a rack-wide cause -> WARNING
 :mod:`policies.attribution`.
 
 Healthy (may resume): every GPU known, every margin at or above ``exit_margin_c``,
-no trusted forecast breach within twice the drain horizon, no originating rack
-peer still out for a rack-wide cause, and, for a node out for the rack or the
-loop, that evidence known (every series fresh) and healthy again.
+no trusted forecast breach within twice the drain horizon, the inlet air at least
+``INLET_CLEAR_C`` under its limit (no resume a probe's next uptick drains again), no
+originating rack peer still out for a rack-wide cause, and, for a node out for the
+rack or the loop, that evidence known (every series fresh) and healthy again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from policies.safety import RACK_DOMAINS, ClusterView, OutOfService
 from policies.settings import PolicySettings
 
 HOT: Final = (Condition.WARNING, Condition.CRITICAL)
+# Back into service only with the inlet air this far under its limit: a node resumed
+# with the air just under it is drained again at the next uptick of the probe (a flap).
+INLET_CLEAR_C: Final = 2.0
 
 
 def judge_node(
@@ -40,8 +44,15 @@ def judge_node(
     rack_trouble: int,
     view: ClusterView,
     s: PolicySettings,
+    *,
+    derated: bool = False,
 ) -> tuple[Verdict, GpuView | None]:
-    """What the evidence says about ``node`` now, and the GPU its numbers are taken from."""
+    """What the evidence says about ``node`` now, and the GPU its numbers are taken from.
+
+    ``derated``: the cap ladder's inlet derate is enforced on every GPU of the node
+    (:meth:`policies.power_cap.CapLadder.derated`): its inlet air is held to the rack's
+    derate limit instead of the inlet limit.
+    """
     loop, air = ev.loop, ev.air
     known = [g for g in gpus if g.margin is not None]
     unknown = [g for g in gpus if g.margin is None]
@@ -81,7 +92,7 @@ def judge_node(
         return Verdict(
             Condition.CRITICAL, False, domain, wording.reason(hot, len(warning), domain, why, s)
         ), hot
-    facility = _facility(rack, gpus, ev, s)
+    facility = _facility(rack, gpus, ev, s, derated)
     if facility is not None:
         return facility, least_margin(near or known)
     if warning:
@@ -135,13 +146,20 @@ def _unfit(rack: str, unfit: list[GpuView], loop: LoopEvidence, air: AirEvidence
 
 
 def _facility(
-    rack: str, gpus: list[GpuView], ev: RackEvidence, s: PolicySettings
+    rack: str, gpus: list[GpuView], ev: RackEvidence, s: PolicySettings, derated: bool
 ) -> Verdict | None:
     """Facility rules: limits reached or forecast, lost flow, heat removal failing."""
     loop, air = ev.loop, ev.air
     horizon = s.drain_horizon_s
-    if air.over_limit:
-        reason = f"{REASON_PREFIX} inlet air of {rack} at or above its limit: {air.detail}"
+    derate = ev.derate if derated else None
+    if derate is not None:
+        air_over, air_near = derate.over, derate.within(horizon)
+        limit, detail = "its derate limit", derate.words()
+    else:
+        air_over, air_near = air.over_limit, air.limit_within(horizon)
+        limit, detail = "its limit", air.detail
+    if air_over:
+        reason = f"{REASON_PREFIX} inlet air of {rack} at or above {limit}: {detail}"
         return Verdict(Condition.CRITICAL, False, FaultDomain.RACK, reason)
     if loop.over_limit:
         reason = f"{REASON_PREFIX} coolant supply of {rack} at or above its limit: {loop.detail}"
@@ -165,8 +183,8 @@ def _facility(
     if loop.limit_within(horizon):
         reason = f"{REASON_PREFIX} coolant supply of {rack} nearing its limit: {loop.detail}"
         return Verdict(Condition.WARNING, False, FaultDomain.COOLING_LOOP, reason)
-    if air.limit_within(horizon):
-        reason = f"{REASON_PREFIX} inlet air of {rack} nearing its limit: {air.detail}"
+    if air_near:
+        reason = f"{REASON_PREFIX} inlet air of {rack} nearing {limit}: {detail}"
         return Verdict(Condition.WARNING, False, FaultDomain.RACK, reason)
     return None
 
@@ -190,6 +208,9 @@ def _healthy(
     # Never back into a rack past (or heading for) a facility limit, or a loop without flow.
     horizon = 2 * s.drain_horizon_s
     if loop.flow_lost or loop.limit_within(horizon) or air.limit_within(horizon):
+        return False
+    clear = air.limit_c - INLET_CLEAR_C if air.limit_c is not None else None
+    if air.level_c is not None and clear is not None and air.level_c > clear:
         return False
     if state.domain is FaultDomain.COOLING_LOOP and loop.monitored and not loop.healthy:
         return False

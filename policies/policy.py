@@ -285,7 +285,10 @@ class Policy:
         state = self.states.get(node, NodeState())
         if state.awaiting_evidence and evidence_seen(state.domain, ev):
             state = replace(state, awaiting_evidence=False)
-        judged, hot = judge_node(node, rack, state, gpus, ev, rack_trouble, view, s)
+        derated = self.caps is not None and self.caps.derated(node)
+        judged, hot = judge_node(
+            node, rack, state, gpus, ev, rack_trouble, view, s, derated=derated
+        )
         if self.caps is not None and state.action is Action.RESUME:
             judged = held_by_cap(judged, gpus, self.caps.holds(node), s)
         pin = o.pins.get(node)

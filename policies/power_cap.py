@@ -16,9 +16,18 @@ Steady state: ``T = T_ref + R * P`` (policies/headroom.py). Per GPU at each eval
   (a slow supply or inlet rise raises T_ref); a facility limit's drain never is. It
   escalates (the drain goes ahead, the cap stays) when the forecast has not turned
   within ``settle_s`` or ``P_cap`` would be below the minimum.
+* **Inlet rung** (``inlet_derate_limit_c`` set for the rack: the inlet air limit its
+  equipment is rated for with power derated, e.g. A2 35 C). The inlet's held level at
+  its limit, or its trusted forecast reaching it within twice the drain horizon: every
+  GPU of the rack's evaluated nodes is derated (cause "inlet"), linearly from the limit
+  before at the inlet limit to its minimum at the derate limit, in whole restore steps
+  (:class:`_Inlet`). While every GPU of a node reads back an enforced limit at or under
+  the step its inlet needs now (:meth:`CapLadder.derated`), the node's inlet drain uses
+  the derate limit (policies/node.py); otherwise the inlet limit's, as without it.
 * **Undo.** Healthy (margin at or above the exit margin, no forecast breach, no fast
   heating, flow present, the rack's supply and inlet not rising) for
-  ``healthy_after_s``: raise by ``restore_step_w`` every ``restore_every_s``, never
+  ``healthy_after_s`` (an inlet derate: the inlet also 2 C under its limit and settled):
+  raise by ``restore_step_w`` every ``restore_every_s``, never
   above the limit enforced before rackguard capped. If the enforced limit is not
   rackguard's (an admin changed it), the cap is released without a set: left as
   found, said in the decision.
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -46,10 +56,21 @@ from typing import Final
 from policies.gpu import GpuView
 from policies.gpu_tracker import GpuTracker
 from policies.model import REASON_PREFIX, Condition
-from policies.rack import RackEvidence
+from policies.node import INLET_CLEAR_C
+from policies.rack import InletDerate, RackEvidence
 from policies.settings import PolicySettings
+from policies.wording import minutes
 
 _SAME_W = 1.0  # limits within a watt are the same limit (NVML reports milliwatts)
+# The inlet rung: each derating step is set for the level this far ahead on the air's
+# trusted trend, and at least DERATE_AHEAD_C above the level now (a slow rise's trend is
+# not always trusted), so it is enforced before the level needs it: a step still being
+# applied when the level needs it leaves the node at the inlet limit's rules.
+DERATE_LEAD_S: Final = 60.0
+DERATE_AHEAD_C: Final = 0.5
+# Its undo starts counting healthy_after_s only with the inlet as far under its limit as
+# a node needs to resume (policies/node.py).
+DERATE_EXIT_C: Final = INLET_CLEAR_C
 
 
 class CapAction(enum.StrEnum):
@@ -91,7 +112,7 @@ class CapState:
     limit_w: float
     before_w: float  # the limit enforced before rackguard capped: never restored above
     since: float  # monotonic: when the cap (or its last tightening) was set
-    cause: str  # "margin" or "loop"
+    cause: str  # "margin", "loop" or "inlet"
     escalated: bool = False
     healthy_since: float | None = None
     last_step: float = 0.0
@@ -132,6 +153,7 @@ class CapLadder:
     _epoch: int = 0
     _others_w: float = 0.0  # the fleet's other nodes' capped watts, at this evaluation
     _breaker_open: bool = False
+    _derated: set[str] = field(default_factory=set)  # nodes whose inlet derate is enforced
 
     def observe_limit(self, node: str, gpu: str, min_w: float, max_w: float) -> None:
         """NVML's constraints of a GPU (read by the caller, e.g. at each poll)."""
@@ -148,6 +170,12 @@ class CapLadder:
             for st in self.states.values()
             if st.node == node and st.cause == "margin" and not st.escalated
         )
+
+    def derated(self, node: str) -> bool:
+        """Every GPU of ``node`` is held, by a limit read back as enforced, at or under the
+        inlet rung's step for its rack's inlet now: its inlet drain may use the derate limit.
+        As of the latest :meth:`evaluate`; never in dry_run (nothing is enforced)."""
+        return node in self._derated
 
     def capped_w(self, node: str | None = None) -> float:
         """Watts given up to this ladder's caps (of ``node`` only, when given)."""
@@ -187,6 +215,11 @@ class CapLadder:
         fast = {rack: _common_cause(rates) for rack, rates in per_watt.items()}
         while self._capped_at and self._capped_at[0][0] < now - self.settings.storm_window_s:
             self._capped_at.popleft()
+        inlets = {
+            rack: inlet
+            for rack, ev in evidence.items()
+            if (inlet := _Inlet.of(rack, ev, s)) is not None
+        }
         out: list[CapDecision] = []
         for node, gpus in views.items():
             rack = rack_of[node]
@@ -208,11 +241,47 @@ class CapLadder:
                 if t is None:
                     continue
                 d = self._gpu(
-                    node, gpu, g, t, references.get(rack), cause, flow_lost, warming, now, s
-                )
+                    node, gpu, g, t, references.get(rack), cause, flow_lost, warming,
+                    inlets.get(rack), now, s,
+                )  # fmt: skip
                 if d is not None:
                     out.append(self._stamp(d, wall, s))
+        self._derated = {
+            node
+            for node, gpus in views.items()
+            if self._enforced(node, gpus, trackers.get(node, {}), inlets.get(rack_of[node]), now, s)
+        }
         return out
+
+    def _enforced(
+        self,
+        node: str,
+        gpus: list[GpuView],
+        trackers: Mapping[str, GpuTracker],
+        inlet: _Inlet | None,
+        now: float,
+        s: PolicySettings,
+    ) -> bool:
+        """Whether the inlet derate of ``node`` is in force (see :meth:`derated`)."""
+        dry = self.dry_run if self.dry_run is not None else s.dry_run
+        if inlet is None or dry or not gpus:
+            return False
+        for g in gpus:
+            gpu = g.subject.removeprefix("gpu")
+            st, lim, t = (
+                self.states.get((node, gpu)),
+                self.limits.get((node, gpu)),
+                trackers.get(gpu),
+            )
+            enforced = t.fresh_limit(now, s.stale_after_s) if t is not None else None
+            if st is None or lim is None or enforced is None:
+                return False
+            # The step the level now needs (the first step while still under the limit),
+            # not the one set ahead of it: a step decided this evaluation and not yet read
+            # back leaves the one before, which covers the level now.
+            if enforced > inlet.step_w(lim, st.before_w, self.settings, ahead=False) + _SAME_W:
+                return False
+        return True
 
     # -- one GPU -------------------------------------------------------------------
 
@@ -226,6 +295,7 @@ class CapLadder:
         loop_cause: str,
         measured: bool,
         warming: bool,
+        inlet: _Inlet | None,
         now: float,
         s: PolicySettings,
     ) -> CapDecision | None:
@@ -261,6 +331,11 @@ class CapLadder:
                 f"{lim.min_w:.0f}W (heating rate ~ power) ahead of the drain"
             )
             return self._cap(node, gpu, st, lim.min_w, enforced, now, "loop", why)
+        if inlet is not None and inlet.wanted:
+            derate = self._inlet(node, gpu, g, st, lim, enforced, inlet, now)
+            if derate is not None:
+                return derate
+            st = self.states.get(key)
         if g.margin is None or g.threshold is None:
             return None
         danger = g.at_risk or g.condition in (Condition.WARNING, Condition.CRITICAL)
@@ -269,6 +344,10 @@ class CapLadder:
         if st is None:
             return None
         healthy = g.margin >= s.exit_margin_c and g.fast_heating_c_per_s is None and not warming
+        if inlet is not None:
+            # An inlet derate is undone only once the air is back under its limit by a
+            # margin and has stopped warming; no other cap is raised past a step it needs.
+            healthy = healthy and (inlet.undo if st.cause == "inlet" else not inlet.wanted)
         if not healthy:
             self.states[key] = replace(st, healthy_since=None)
             return None
@@ -294,6 +373,35 @@ class CapLadder:
             f"power limit {words}"
         )
         return CapDecision(node, gpu, CapAction.RESTORE, new, st.before_w, why, 0.0, "")
+
+    def _inlet(
+        self,
+        node: str,
+        gpu: str,
+        g: GpuView,
+        st: CapState | None,
+        lim: GpuLimits,
+        enforced: float,
+        inlet: _Inlet,
+        now: float,
+    ) -> CapDecision | None:
+        """Derate the GPU to the inlet rung's step (only ever tighter while it is wanted)."""
+        key = (node, gpu)
+        before = st.before_w if st is not None else enforced
+        target = inlet.step_w(lim, before, self.settings, ahead=True)
+        if st is not None and st.limit_w <= target + _SAME_W:
+            self.states[key] = replace(st, healthy_since=None)
+            return None
+        if st is None and target >= enforced - _SAME_W:
+            return None  # a limit already at or under the step is not rackguard's to derate
+        if self._withheld(node, st, (st.limit_w if st is not None else enforced) - target):
+            return None
+        why = (
+            f"{REASON_PREFIX} {inlet.words()}: {g.subject} of {node} derated to "
+            f"{target:.0f}W (linear from {before:.0f}W at {inlet.ev.limit_c:.0f}C "
+            f"to its minimum {lim.min_w:.0f}W at {inlet.ev.derate_c:.0f}C)"
+        )
+        return self._cap(node, gpu, st, target, enforced, now, "inlet", why)
 
     def _margin(
         self,
@@ -464,3 +572,54 @@ def _common_cause(per_watt: list[float]) -> int:
         return len(per_watt)
     mid = sorted(per_watt)[len(per_watt) // 2]
     return sum(mid / _SPREAD <= r <= mid * _SPREAD for r in per_watt)
+
+
+@dataclass(frozen=True, slots=True)
+class _Inlet:
+    """One rack's inlet rung at one evaluation (its ``inlet_derate_limit_c`` set).
+
+    Wanted: the held level at or over the inlet limit, or its trusted forecast reaching it
+    within twice the drain horizon (the same look-ahead as the margin rung): the derate
+    must be enforced before the limit's own drain (forecast within the drain horizon)
+    would go ahead. The step: linear in the inlet from the limit enforced before the cap
+    at the inlet limit to the GPU's minimum at the derate limit, rounded down to whole
+    ``restore_step_w`` below it (at least one), never under the minimum.
+    """
+
+    rack: str
+    ev: InletDerate
+    limit_early_s: float | None  # the trusted forecast crossing of the inlet limit
+    wanted: bool
+    undo: bool  # under the limit by DERATE_EXIT_C, every probe settled, not wanted
+
+    @staticmethod
+    def of(rack: str, ev: RackEvidence, s: PolicySettings) -> _Inlet | None:
+        d = ev.derate
+        if d is None or d.level_c is None:
+            return None
+        early = ev.air.limit_early_s
+        wanted = d.level_c >= d.limit_c or (early is not None and early <= 2 * s.drain_horizon_s)
+        undo = not wanted and d.settled and d.level_c <= d.limit_c - DERATE_EXIT_C
+        return _Inlet(rack, d, early, wanted, undo)
+
+    def step_w(self, lim: GpuLimits, before: float, c: CapSettings, *, ahead: bool) -> float:
+        """The derating step for the level now (``ahead``: DERATE_LEAD_S ahead)."""
+        d = self.ev
+        level = d.ahead_c(DERATE_LEAD_S) if ahead else d.level_c
+        if ahead and level is not None and d.level_c is not None:
+            level = max(level, d.level_c + DERATE_AHEAD_C)
+        span = d.derate_c - d.limit_c
+        frac = min(1.0, max(0.0, ((level or d.limit_c) - d.limit_c) / span))
+        steps = max(1, math.ceil((before - lim.min_w) * frac / c.restore_step_w - 1e-9))
+        return max(lim.min_w, before - steps * c.restore_step_w)
+
+    def words(self) -> str:
+        """Why the rack's GPUs are derated, in a reason."""
+        d = self.ev
+        level = f"inlet air of {self.rack} {d.level_c or 0.0:.1f}C ({d.probe})"
+        if (d.level_c or 0.0) >= d.limit_c:
+            where = f"at or above its limit {d.limit_c:.0f}C"
+        else:
+            early = minutes(self.limit_early_s or 0.0)
+            where = f"forecast to reach its limit {d.limit_c:.0f}C in ~{early}"
+        return f"{level} {where}, derate limit {d.derate_c:.0f}C"

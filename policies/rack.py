@@ -22,12 +22,66 @@ from policies.wording import minutes
 
 
 @dataclass(frozen=True, slots=True)
+class InletDerate:
+    """A rack's inlet air against ``inlet_derate_limit_c``: the limit its equipment is rated
+    for with power derated (an air-cooled part runs at inlet + R * P). Read once per rack
+    readings; only the time to the derate limit moves with ``now`` (:meth:`at`)."""
+
+    limit_c: float  # the inlet limit in force (ASHRAE A1 32 C by default)
+    derate_c: float  # the inlet limit with power derated (e.g. A2 35 C)
+    level_c: float | None  # the hottest fresh probe's held level
+    probe: str = ""  # that probe's label
+    rising: tuple[SlowSeries, ...] = ()  # fresh probes on a trusted rising trend
+    # Every fresh probe's fitted slope, trusted or not, is at or under zero (and all are
+    # fresh): the air has stopped warming, the derate's undo may start counting.
+    settled: bool = False
+    early_s: float | None = None  # the earliest trusted crossing of the derate limit
+
+    def at(self, now: float) -> InletDerate:
+        """The same at ``now``: the earliest time a rising probe reaches the derate limit."""
+        times = [e for x in self.rising if (e := _limit_early(x, self.derate_c, now)) is not None]
+        return replace(self, early_s=min(times, default=None))
+
+    def ahead_c(self, lead_s: float) -> float | None:
+        """The held level, or where a trusted rising trend takes it within ``lead_s``."""
+        ahead = [
+            lv + r * lead_s
+            for x in self.rising
+            if (lv := x.held_level()) is not None and (r := _rising_rate(x)) is not None
+        ]
+        if self.level_c is None:
+            return max(ahead, default=None)
+        return max([self.level_c, *ahead])
+
+    @property
+    def over(self) -> bool:
+        """A probe's held level is at or above the derate limit."""
+        return self.level_c is not None and self.level_c >= self.derate_c
+
+    def within(self, horizon_s: float) -> bool:
+        """At the derate limit, or forecast to reach it within ``horizon_s``."""
+        return self.over or (self.early_s is not None and self.early_s <= horizon_s)
+
+    def words(self) -> str:
+        """The derate limit's evidence, as in a reason."""
+        level = f"inlet {self.probe} {self.level_c or 0.0:.1f}C"
+        if self.over:
+            where = f"at or above its derate limit {self.derate_c:.0f}C"
+        elif self.early_s is not None:
+            where = f"derate limit {self.derate_c:.0f}C in ~{minutes(self.early_s)}"
+        else:
+            where = f"derate limit {self.derate_c:.0f}C"
+        return f"{level}, {where} (power derated above its limit {self.limit_c:.0f}C)"
+
+
+@dataclass(frozen=True, slots=True)
 class RackEvidence:
     """What a rack's nodes share at one evaluation."""
 
     loop: LoopEvidence
     air: AirEvidence
     assessment: Assessment | None  # None: the rack reports nothing the policy reads
+    derate: InletDerate | None = None  # None: no inlet_derate_limit_c for this rack
 
 
 E = TypeVar("E", LoopEvidence, AirEvidence)
@@ -73,6 +127,7 @@ class RackReadings:
     air: HeldEvidence[AirEvidence]
     supply: float | None  # the highest fresh coolant supply
     parts: tuple[str, ...]  # the inlet gradient's and the coolant dT's words
+    derate: InletDerate | None = None  # the inlet against its derate limit, where one is set
 
     def hold(self, rt: RackTracker, now: float, s: PolicySettings) -> bool:
         """Reading ``rt`` with ``s`` at ``now`` would find all the same.
@@ -102,7 +157,8 @@ def rack_readings(
     delta_t = gradient.coolant_delta_t(supply, ret)
     if delta_t is not None:
         parts.append(f"coolant dT {delta_t:.1f}C")
-    return RackReadings(rt, s, rt.stamp(now), loop, air, supply, tuple(parts))
+    derate = _derate_read(rack, rt, now, s)
+    return RackReadings(rt, s, rt.stamp(now), loop, air, supply, tuple(parts), derate)
 
 
 def rack_evidence(
@@ -110,6 +166,7 @@ def rack_evidence(
 ) -> RackEvidence:
     """The evidence of ``rack`` at ``now``; ``node_margins``: each node's least GPU margin."""
     loop, air = readings.loop.at(now), readings.air.at(now)
+    derate = readings.derate.at(now) if readings.derate is not None else None
     supply, s = readings.supply, readings.settings
     parts = list(readings.parts)
     spread = gradient.margin_spread(node_margins)
@@ -120,7 +177,7 @@ def rack_evidence(
     if air.detail:
         parts.append(air.detail)
     if not (loop.monitored or air.monitored or spread is not None):
-        return RackEvidence(loop, air, None)
+        return RackEvidence(loop, air, None, derate)
     horizon = s.drain_horizon_s
     if air.over_limit:
         cond, domain = Condition.CRITICAL, FaultDomain.RACK
@@ -149,7 +206,7 @@ def rack_evidence(
         trend_per_min=loop.supply_rate_c_per_s * 60 if loop.supply_rate_c_per_s else None,
         detail="; ".join(parts),
     )
-    return RackEvidence(loop, air, a)
+    return RackEvidence(loop, air, a, derate)
 
 
 def loop_evidence(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> LoopEvidence:
@@ -275,6 +332,7 @@ def _air_read(
         return HeldEvidence(AirEvidence()), {}
     limit = s.inlet_limit(rack)
     probes: dict[str, float] = {}
+    hottest: float | None = None
     known = True
     over = False
     rate: float | None = None
@@ -289,6 +347,8 @@ def _air_read(
         probe = series.latest.labels.get("probe", key)
         probes[probe] = v
         level = series.held_level()
+        if level is not None and (hottest is None or level > hottest):
+            hottest = level
         if level is not None and level >= limit:
             over = True
             words.append(f"inlet {probe} {level:.1f}C at or above its limit {limit:.0f}C")
@@ -300,8 +360,34 @@ def _air_read(
     if rate is not None:
         words.append(f"inlet air rising {rate * 60:+.2f}C/min")
     tail = [] if known else ["some inlet probes stale or BAD"]
-    steady = AirEvidence(True, known, rate, ", ".join([*words, *tail]), limit, over)
+    detail = ", ".join([*words, *tail])
+    steady = AirEvidence(True, known, rate, detail, limit, over, level_c=hottest)
     return HeldEvidence(steady, "inlet", tuple(rising), tuple(words), tuple(tail)), probes
+
+
+def _derate_read(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> InletDerate | None:
+    """The inlet air against the rack's derate limit (None: none set, or no inlet probes)."""
+    derate = s.inlet_derate_limit(rack)
+    inlets = {k: x for k, x in rt.slow[SensorKind.INLET_TEMPERATURE].items() if not x.absent}
+    if derate is None or not inlets:
+        return None
+    level: float | None = None
+    probe = ""
+    rising = []
+    settled = True
+    for key, series in sorted(inlets.items()):
+        if fresh_value(series.latest, now, s.rack_stale_after_s) is None:
+            settled = False
+            continue
+        assert series.latest is not None
+        held = series.held_level()
+        if held is not None and (level is None or held > level):
+            level, probe = held, series.latest.labels.get("probe", key)
+        if _rising_rate(series) is not None:
+            rising.append(series)
+        trend = series.forecaster.trend
+        settled = settled and trend is not None and trend.slope <= 0.0
+    return InletDerate(s.inlet_limit(rack), derate, level, probe, tuple(rising), settled)
 
 
 def _present(by_key: Mapping[str, SlowSeries]) -> list[tuple[str, SlowSeries]]:

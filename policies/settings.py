@@ -27,6 +27,9 @@ class RackLimits:
     supply_limit_c: float | None = bounded(
         None, ge=5, le=80, doc="coolant supply limit of this rack's loop"
     )
+    inlet_derate_limit_c: float | None = bounded(
+        None, ge=10, le=45, doc="inlet air limit of this rack with GPU power derated"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,11 @@ class PolicySettings:
     # Facility limits (per rack overrides in ``racks``).
     inlet_limit_c: float = bounded(32.0, ge=10, le=60, doc="inlet air limit (ASHRAE A1 32 C)")
     supply_limit_c: float = bounded(45.0, ge=5, le=80, doc="coolant supply limit (ASHRAE W45)")
+    # Unset: the inlet limit is the only one. Set (e.g. 35 for a site rated A2 with
+    # derating), the cap ladder derates a rack's GPUs between the two (power_cap.py).
+    inlet_derate_limit_c: float | None = bounded(
+        None, ge=10, le=45, doc="inlet air limit with GPU power derated (A2 35, A4 45 C)"
+    )
     racks: Mapping[str, RackLimits] = bounded({}, doc="per-rack facility limits")
     # Safety limits (predictive drains only; critical exclusions ignore them).
     rack_budget_nodes: int = bounded(2, ge=0, doc="GPU/node drains per rack: max(nodes, pct)")
@@ -115,6 +123,13 @@ class PolicySettings:
             else (self.inlet_limit_c)
         )
 
+    def inlet_derate_limit(self, rack: str) -> float | None:
+        """The inlet-air limit for ``rack`` with its GPUs' power derated (None: not allowed)."""
+        own = self.racks.get(rack)
+        if own is not None and own.inlet_derate_limit_c is not None:
+            return own.inlet_derate_limit_c
+        return self.inlet_derate_limit_c
+
     def supply_limit(self, rack: str) -> float:
         """The configured coolant supply limit for ``rack``'s loop."""
         own = self.racks.get(rack)
@@ -151,6 +166,7 @@ class PolicySettings:
                 f"must be below enter_margin_c ({self.enter_margin_c}), "
                 f"got {self.critical_margin_c}",
             )
+        yield from self._derate_problems()
         buckets = self.trend_window_s / self.trend_bucket_s
         if buckets < self.trend_min_points:
             yield (
@@ -177,3 +193,26 @@ class PolicySettings:
                 f"must be at most 1000 trend buckets ({1000 * self.trend_bucket_s:g} s), "
                 f"got {self.skill_horizon_s}",
             )
+
+    def _derate_problems(self) -> Problems:
+        """A derate limit must lie above the inlet limit it relaxes (per rack, as in force)."""
+        derate = self.inlet_derate_limit_c
+        if derate is not None and derate <= self.inlet_limit_c:
+            yield (
+                "inlet_derate_limit_c",
+                f"must be above inlet_limit_c ({self.inlet_limit_c}), got {derate}",
+            )
+        for rack, own in sorted(self.racks.items()):
+            limit, derate = self.inlet_limit(rack), self.inlet_derate_limit(rack)
+            if derate is None or derate > limit:
+                continue
+            if own.inlet_derate_limit_c is not None:
+                yield (
+                    f"racks.{rack}.inlet_derate_limit_c",
+                    f"must be above the rack's inlet limit in force ({limit}), got {derate}",
+                )
+            elif own.inlet_limit_c is not None:
+                yield (
+                    f"racks.{rack}.inlet_limit_c",
+                    f"must be below the inlet_derate_limit_c in force ({derate}), got {limit}",
+                )

@@ -44,7 +44,7 @@ class GpuCap:
     cap_w: float | None  # the limit while below the GPU's default; null when not capped
     set_by: str  # "rackguard", "other" (an administrator, another tool) or ""
     before_w: float | None  # rackguard's cap: the limit it restores to, never above
-    cause: str  # rackguard's cap: "margin" or "loop"
+    cause: str  # rackguard's cap: "margin", "loop" or "inlet"
     escalated: bool  # rackguard's cap did not hold the margin: the node's drain went ahead
 
 

@@ -117,3 +117,16 @@ def test_one_hot_gpu_with_warming_inlet_drains_its_node_only() -> None:
         out = sim.step({"n1": ONE_HOT, "n2": COOL}, {"inlet": 24.0 + 0.05 * sim.t / 60.0})
         decided += [o for o in out.values() if o.decision is not None]
     assert actions(decided) == [("n1", Action.DRAIN, FaultDomain.GPU)]
+
+
+@pytest.mark.parametrize(("inlet", "resumed"), [(30.5, False), (29.5, True)])
+def test_a_rack_drain_resumes_only_with_the_inlet_clear_of_its_limit(
+    inlet: float, resumed: bool
+) -> None:
+    """Flat air 1.5 C under the 32 C limit (no forecast to reach it) keeps a node out for
+    the rack's air: resumed there, the probe's next uptick drains it again (crac-slow's
+    drain-only run resumed gpu-node-02 0.6 C under the limit and drained it 59 s later)."""
+    sim = Sim()
+    sim.policy.restore("n1", Action.DRAIN, 0.0, domain=FaultDomain.RACK)
+    decided = sim.run(400, {"n1": COOL, "n2": COOL}, {"inlet": inlet})
+    assert (("n1", Action.RESUME, FaultDomain.NONE) in actions(decided)) is resumed

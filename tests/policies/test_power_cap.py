@@ -193,8 +193,9 @@ def test_power_cap_slow_supply_rise_held_by_caps_until_the_loop_limit_drains() -
 
 
 def test_power_cap_crac_slow_inlet_allowable_drains_as_without_caps() -> None:
-    """A room warming toward the A1 allowable: the drain is the inlet limit's, which no GPU
-    cap moves; the ladder neither caps nor holds it back."""
+    """A room warming toward the A1 allowable at a site without inlet_derate_limit_c: the
+    drain is the inlet limit's, which no GPU cap moves; the ladder neither caps nor holds
+    it back (with a derate limit: tests/policies/test_power_cap_derate.py)."""
     run = run_ladder("crac-slow", S, caps=True)
     assert run.capped_gpus == set()
     assert set(run.first_out) == {"gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"}

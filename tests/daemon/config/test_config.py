@@ -217,7 +217,9 @@ def test_example_names_every_policy_key() -> None:
     text = EXAMPLE.read_text()
     for f in dataclasses.fields(PolicyConfig):
         key = "[policy.racks." if f.name == "racks" else f"\n{f.name} = "
-        assert key in text, f"{f.name} is not in the example's [policy] table"
+        # TOML has no null: a key unset by default is shown commented out.
+        unset = f.default is None and f"\n# {f.name} = " in text
+        assert key in text or unset, f"{f.name} is not in the example's [policy] table"
 
 
 def test_per_rack_limits_are_validated_with_key_paths() -> None:
@@ -379,3 +381,32 @@ def test_check_config_refuses_a_gpu_index_this_node_lacks(
     # The same node's GPUs that exist: accepted.
     path.write_text(text.replace("gpus = [8]\n", "gpus = [0, 7]\n", 1))
     assert main(["check-config", str(path)], nvml=simulated_node()) == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ("inlet_derate_limit_c = 46.0\n", "policy.inlet_derate_limit_c: must be at most 45"),
+        ("inlet_derate_limit_c = 30.0\n", "policy.inlet_derate_limit_c: must be above"),
+        (
+            "inlet_derate_limit_c = 35.0\n[policy.racks.r1]\ninlet_limit_c = 35.0\n",
+            "policy.racks.r1.inlet_limit_c: must be below the inlet_derate_limit_c in force",
+        ),
+        (
+            "[policy.racks.r1]\ninlet_limit_c = 40.0\ninlet_derate_limit_c = 38.0\n",
+            "policy.racks.r1.inlet_derate_limit_c: must be above the rack's inlet limit",
+        ),
+    ],
+)
+def test_check_config_refuses_a_power_cap_derate_limit_not_above_the_inlet_limit(
+    tmp_path: Path, table: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = MINIMAL + ("" if table.startswith("[") else "[policy]\n") + table
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err
+    assert len([x for x in err.splitlines() if x.startswith("  ")]) == 1, err  # one problem
+    ok = parse_config(MINIMAL + "[policy]\ninlet_derate_limit_c = 35.0\n")
+    assert ok.policy.inlet_derate_limit("any") == 35.0
