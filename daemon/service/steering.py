@@ -52,7 +52,7 @@ from adapters.schedulers.node_setting import NodeSetting, SettingChanged
 from daemon.clock import UnixTime
 from daemon.config.steering import SteeringConfig
 from daemon.delivery.outbox import DecisionStore, StorageError
-from daemon.poller import Poller
+from daemon.poller import Backoff, Poller
 from policies.headroom import NodeHeadroom
 from policies.steering import steer_bucket
 
@@ -60,6 +60,10 @@ log = logging.getLogger(__name__)
 
 # Results counted by rackguard_steering_writes_total{result}.
 RESULTS = ("written", "restored", "foreign", "failed")
+
+
+class _Unreachable(Exception):
+    """A step that could not reach the scheduler (said by :meth:`Steering._failed`)."""
 
 
 @dataclass(slots=True)
@@ -173,12 +177,16 @@ class Steering:
         self._attempt: str | None = None  # the value being written this step
         self._refused: tuple[str | None, str] | None = None  # (value, why): final for it
         self._left_alone: str | None = None  # the unwritable value found and said
-        # step() reports its own failures: the poller only keeps the cadence.
+        # step() reports its own failures: the poller keeps the cadence, and backs off
+        # while the scheduler cannot be reached, doubling up to min_interval_s (a
+        # fleet's agents must not all retry a controller coming back every interval).
+        cfg = config()
         self.poller = Poller(
             f"{node}: steering",
             self._guarded_step,
             interval_s=lambda: self._config().interval_s,
-            failures=(),
+            backoff=Backoff(cfg.interval_s, max(cfg.interval_s, cfg.min_interval_s)),
+            failures=(_Unreachable,),
             on_change=lambda old, new, why: None,
         )
 
@@ -195,6 +203,9 @@ class Steering:
             # Steering is an opt-in aid: a bug here must not end the agent that
             # protects the node (drains do not depend on this task).
             log.exception("%s: steering step failed", self.node)
+            return
+        if self._failing:
+            raise _Unreachable(self.detail)
 
     async def step(self) -> None:
         """One look at the headroom, and at most one write (or one restore)."""
@@ -425,7 +436,7 @@ class Steering:
     def _failed(self, err: Exception) -> None:
         self.writes["failed"] += 1
         if not self._failing:
-            log.warning("%s: steering: %s (retried every interval)", self.node, err)
+            log.warning("%s: steering: %s (retried, backing off)", self.node, err)
         else:
             log.debug("%s: steering: %s", self.node, err)
         self._failing = True

@@ -243,6 +243,26 @@ async def test_an_unreachable_api_is_logged_once_and_retried(
     assert label(api) == "3" and steer.state == "steered"
 
 
+async def test_an_unreachable_api_is_retried_less_often_up_to_min_interval(
+    api: FakeKubeApi, steer: Steering, knobs: Knobs
+) -> None:
+    """10,000 agents retrying a controller coming back every 30 s is 333 requests/s."""
+    knobs.margin(17.0)
+    api.token = "rotated"  # every request is now 401
+    poller = steer.poller
+    waits = []
+    for _ in range(6):
+        assert not await poller.attempt()  # the step's failure reaches the poller
+        waits.append(poller.backoff_s(poller.stats.consecutive_failures))
+    interval, most = knobs.config.interval_s, knobs.config.min_interval_s
+    assert 0.8 * interval <= waits[0] <= 1.2 * interval
+    assert waits[3] >= 0.8 * 8 * interval  # doubling
+    assert waits[-1] <= 1.2 * most and waits[-1] >= 0.8 * most  # capped at min_interval_s
+    api.token = "test-token"
+    assert await poller.attempt()
+    assert poller.stats.consecutive_failures == 0 and label(api) == "3"
+
+
 def test_the_documented_affinity_is_a_valid_pod_on_the_label() -> None:
     """docs/schedulers.md's example: a Pod Kubernetes accepts, preferring rackguard's buckets."""
     text = (ROOT / "docs" / "schedulers.md").read_text()
