@@ -156,7 +156,7 @@ def run_ladder(
                 continue  # nothing to set (dry_run: the decision is only recorded)
             if hooks.apply is not None and not hooks.apply(t, c):
                 if policy.caps is not None:
-                    policy.caps.states.pop((c.node, c.gpu), None)
+                    policy.caps.refused(c.node, c.gpu, t)
                 continue
             sim.inject("power_cap", c.node, gpu=int(c.gpu), limit_w=c.watts)
         for node, o in outcomes.items():

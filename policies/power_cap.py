@@ -31,6 +31,10 @@ Steady state: ``T = T_ref + R * P`` (policies/headroom.py). Per GPU at each eval
   above the limit enforced before rackguard capped. If the enforced limit is not
   rackguard's (an admin changed it), the cap is released without a set: left as
   found, said in the decision.
+* **Refused.** A set the GPU refused (NVML ``NO_PERMISSION``, the helper down) is
+  forgotten (:meth:`CapLadder.refused`): the node's drain goes ahead as without the
+  cap, and the GPU is asked again only after a backoff, 10 s doubling to 5 min, not at
+  every evaluation (no log line, decision row and helper request every second).
 * **Fleet.** New caps are withheld while the capped watts (before - limit, summed over
   this ladder's GPUs and the fleet's other nodes, ``ClusterView.capped_w``) would
   exceed ``budget_w``, while more than ``storm_nodes`` nodes were newly capped within
@@ -71,6 +75,9 @@ DERATE_AHEAD_C: Final = 0.5
 # Its undo starts counting healthy_after_s only with the inlet as far under its limit as
 # a node needs to resume (policies/node.py).
 DERATE_EXIT_C: Final = INLET_CLEAR_C
+# A refused set is asked again after this, doubling per refusal in a row, up to the most.
+REFUSED_RETRY_S: Final = 10.0
+REFUSED_RETRY_MAX_S: Final = 300.0
 
 
 class CapAction(enum.StrEnum):
@@ -154,6 +161,8 @@ class CapLadder:
     _others_w: float = 0.0  # the fleet's other nodes' capped watts, at this evaluation
     _breaker_open: bool = False
     _derated: set[str] = field(default_factory=set)  # nodes whose inlet derate is enforced
+    # Per GPU whose latest set was refused: (not asked again before, refusals in a row).
+    _refused: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
 
     def observe_limit(self, node: str, gpu: str, min_w: float, max_w: float) -> None:
         """NVML's constraints of a GPU (read by the caller, e.g. at each poll)."""
@@ -162,6 +171,26 @@ class CapLadder:
     def restore(self, state: CapState) -> None:
         """Adopt a cap recorded earlier (a restart): neither capped again nor forgotten."""
         self.states[(state.node, state.gpu)] = state
+
+    def refused(self, node: str, gpu: str, now: float, *, permanent: bool = False) -> float:
+        """The set of this GPU's latest cap was refused: forget the cap (the node's drain
+        goes ahead) and ask again only after a backoff, the longest at once when the
+        refusal is permanent. Returns the wait in seconds."""
+        self.states.pop((node, gpu), None)
+        count = self._refused.get((node, gpu), (0.0, 0))[1] + 1
+        wait = min(REFUSED_RETRY_MAX_S, REFUSED_RETRY_S * 2.0 ** min(count - 1, 30))
+        wait = REFUSED_RETRY_MAX_S if permanent else wait
+        self._refused[(node, gpu)] = (now + wait, count)
+        return wait
+
+    def refused_until(self, node: str, gpu: str) -> float | None:
+        """When a GPU whose latest set was refused is asked again (None: not refused)."""
+        got = self._refused.get((node, gpu))
+        return got[0] if got is not None else None
+
+    def applied(self, node: str, gpu: str) -> None:
+        """A set of this GPU's limit went through: a later refusal backs off from the start."""
+        self._refused.pop((node, gpu), None)
 
     def holds(self, node: str) -> frozenset[str]:
         """The GPUs of ``node`` (subjects) whose margin cap stands in for a drain now."""
@@ -320,6 +349,8 @@ class CapLadder:
             d = CapDecision(node, gpu, CapAction.RELEASE, enforced, st.before_w, why, 0.0, "")
             self.released.append(d)
             return d
+        if st is None and now < self._refused.get(key, (-math.inf, 0))[0]:
+            return None  # its latest set was refused: asked again after the backoff
         if loop_cause:
             if st is not None and st.limit_w <= lim.min_w + _SAME_W:
                 self.states[key] = replace(st, healthy_since=None)

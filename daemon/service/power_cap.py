@@ -163,12 +163,17 @@ class PowerCaps:
             await self.limiter.set_limit(uuid, d.watts)
         except PowerLimitError as err:
             self.failures += 1
-            # Not capped: the ladder forgets the cap, so the node's drain goes ahead.
-            self.ladder.states.pop((d.node, d.gpu), None)
+            # Not capped: the ladder forgets the cap, so the node's drain goes ahead, and
+            # asks again only after a backoff.
+            wait = self.ladder.refused(d.node, d.gpu, self._mono(), permanent=err.permanent)
             await self._delete(d.gpu)
-            log.error("%s: gpu%s: power limit %.0fW not set: %s", self.node, d.gpu, d.watts, err)
+            log.error(
+                "%s: gpu%s: power limit %.0fW not set: %s (asked again in %.0fs at the earliest)",
+                self.node, d.gpu, d.watts, err, wait,
+            )  # fmt: skip
             await self._log(replace(_record(d), error=str(err)))
             return
+        self.ladder.applied(d.node, d.gpu)
         verb = "would set" if d.dry_run else "set"
         log.info("%s: %s gpu%s power limit %.0fW: %s", self.node, verb, d.gpu, d.watts, d.reason)
         if d.action is CapAction.RESTORE:

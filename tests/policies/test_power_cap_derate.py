@@ -4,6 +4,7 @@ site's rated ``inlet_derate_limit_c``, closed loop on the simulator (bench/cap_s
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 
 import msgspec
@@ -13,7 +14,7 @@ from bench.cap_scoring import Hooks, LadderRun, ladder_scenario, run_ladder
 from fakes.sim.scenario import Scenario, parse_scenario
 from fakes.sim.thermal import RackSimulator
 from policies.model import Reading, SensorKind
-from policies.power_cap import CapDecision, CapSettings
+from policies.power_cap import REFUSED_RETRY_MAX_S, REFUSED_RETRY_S, CapDecision, CapSettings
 from policies.settings import PolicySettings, RackLimits
 
 A3 = PolicySettings(inlet_derate_limit_c=40.0)  # a site rated A3 with derating
@@ -138,7 +139,14 @@ def test_power_cap_derate_refused_caps_drain_at_the_inlet_limit() -> None:
     """NVML_ERROR_NO_PERMISSION on every set: the ladder forgets each cap (as the applier
     does), nothing is enforced, and the rack drains at A1 exactly as drain-only."""
     refused = Hooks(apply=lambda _t, _c: False)
-    _drains_as_drain_only(run_ladder(crac(9), A3, caps=True, hooks=refused), 9)
+    run = run_ladder(crac(9), A3, caps=True, hooks=refused)
+    _drains_as_drain_only(run, 9)
+    # Asked again after a backoff (10 s doubling to 5 min), not at every evaluation.
+    asks = [t for t, _ in caps_of(run)]
+    gaps = [b - a for a, b in itertools.pairwise(asks)]
+    assert len(asks) >= 3 and gaps[0] >= REFUSED_RETRY_S
+    assert all(later >= earlier for earlier, later in itertools.pairwise(gaps))
+    assert max(gaps) >= REFUSED_RETRY_MAX_S
 
 
 @pytest.mark.parametrize(

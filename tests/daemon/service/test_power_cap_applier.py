@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,13 @@ from daemon.service.power_cap import PowerCaps
 from daemon.service.power_limit import WatchedLimiter
 from fakes.nvml import fake_node
 from fakes.scheduler import FakeWebhookScheduler
-from policies.power_cap import CapAction, CapDecision, CapLadder, CapState
+from policies.power_cap import (
+    REFUSED_RETRY_MAX_S,
+    CapAction,
+    CapDecision,
+    CapLadder,
+    CapState,
+)
 from tests.support.daemon_harness import config_text
 from tests.support.openapi import check
 from tests.support.scrape import scrape_text
@@ -99,6 +106,9 @@ async def test_power_cap_refused_limit_forgets_the_cap_so_the_drain_goes_ahead(
         await caps.step()
         assert caps.ladder.states == {} and caps.failures == 1
         assert fake.gpus[1].power_limit_w == 700.0
+        # No privilege is permanent: not asked again for the longest backoff.
+        again = caps.ladder.refused_until(NODE, "1")
+        assert again is not None and again >= time.monotonic() + 0.9 * REFUSED_RETRY_MAX_S
         assert await _caps(store, fake).load() == 0
         text = _scrape(caps)
         assert "rackguard_gpu_power_cap_failures_total 1.0" in text
