@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from policies.gpu_tracker import GpuTracker
+from policies.gpu_tracker import TAKES, GpuTracker
 from policies.model import Reading, SensorKind
 from policies.rack_tracker import RackTracker
 from policies.settings import PolicySettings
@@ -64,7 +64,7 @@ class Tracker:
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
-        nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
+        nodes, default_node, gpu_kinds, takes = self.nodes, self.default_node, _GPU_KINDS, TAKES
         racks, rack_of = self.rack, self.rack_of
         # Once, not per reading: a member read from its enum class is a call on Python 3.11.
         temperature = SensorKind.GPU_TEMPERATURE
@@ -94,7 +94,10 @@ class Tracker:
                         found = tracker.gpus[gpu] = GpuTracker(self.settings)
                     last_node, last_gpu, last = on, gpu, found
                     g = found
-                g.observe(r, kind)
+                # GpuTracker.observe, its table read here: one call a reading, not two.
+                take = takes.get(kind)
+                if take is not None:
+                    take(g, r)
                 if kind is temperature:
                     if on != rack_node or not on:
                         rack_node = on

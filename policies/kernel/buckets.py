@@ -10,8 +10,10 @@ however often the window is read.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from math import isfinite
+from operator import attrgetter
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,9 @@ class Bucket:
     n: int
     lo: float
     hi: float
+
+
+_time = attrgetter("t")
 
 
 class BucketWindow:
@@ -119,8 +124,10 @@ class BucketWindow:
         """Closed buckets within ``span_s`` of the newest one and not older than ``since``."""
         if not self._closed:
             return []
-        start = max(since, self._closed[-1].t - self.span_s)
-        return [b for b in self._closed if b.t >= start]
+        closed = self._closed
+        start = max(since, closed[-1].t - self.span_s)
+        # Bucket times increase (each bucket's samples come after the last's).
+        return closed[bisect_left(closed, start, key=_time) :]
 
     @property
     def newest(self) -> Bucket | None:
