@@ -22,14 +22,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+import msgspec
+
 from policies.kernel import SlopeStore
 from policies.kernel.buckets import Bucket, BucketWindow
 from policies.kernel.slopes import SortedSlopes, pair_slopes, sen
 
 
-@dataclass(frozen=True, slots=True)
-class Trend:
-    """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
+class Trend(msgspec.Struct, frozen=True, gc=False):
+    """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref.
+
+    A Struct (numbers only, as a Bucket): one is built at every fit of every series.
+    """
 
     slope: float
     lo: float
@@ -91,8 +95,7 @@ def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
     return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
 
 
-@dataclass(frozen=True, slots=True)
-class TimeToThreshold:
+class TimeToThreshold(msgspec.Struct, frozen=True, gc=False):
     """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
 
     None means "not reaching it" at that bound (moving away, or flat).

@@ -29,10 +29,14 @@ from dataclasses import dataclass, field
 from math import isfinite
 from typing import Final
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class Resistance:
-    """A thermal resistance estimate in K/W: median with its lower and upper bounds."""
+
+class Resistance(msgspec.Struct, frozen=True, gc=False):
+    """A thermal resistance estimate in K/W: median with its lower and upper bounds.
+
+    A Struct (numbers only, as a Bucket): one is built each time the estimate moves.
+    """
 
     median: float
     lo: float

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
 from math import isfinite
 from operator import attrgetter
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """The samples of one grid cell: their mean time, mean value, count and range."""
+
+class Bucket(msgspec.Struct, frozen=True, gc=False):
+    """The samples of one grid cell: their mean time, mean value, count and range.
+
+    A Struct, as a Reading is: one is built per bucket of every series, and a frozen
+    Struct is built several times faster than a frozen dataclass. It holds numbers
+    only, so it is left out of the cyclic garbage collector.
+    """
 
     t: float
     value: float
