@@ -78,7 +78,10 @@ class Tracker:
         for r in readings:
             kind = r.kind
             labels = r.labels
-            if kind in gpu_kinds:
+            # GpuTracker.observe, its table read here: one call a reading, not two. A kind
+            # in the table is a GPU's; another may still be (one no field keeps).
+            take = takes.get(kind)
+            if take is not None or kind in gpu_kinds:
                 if last is not None and labels == last_labels:
                     g, on = last, last_node
                 else:
@@ -94,8 +97,6 @@ class Tracker:
                         found = tracker.gpus[gpu] = GpuTracker(self.settings)
                     last_labels, last_node, last = labels, node, found
                     g, on = found, node
-                # GpuTracker.observe, its table read here: one call a reading, not two.
-                take = takes.get(kind)
                 if take is not None:
                     take(g, r)
                 if kind is temperature:
