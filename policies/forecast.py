@@ -22,22 +22,35 @@ from collections import deque
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+import msgspec
+
 from policies.kernel import SlopeStore
 from policies.kernel.buckets import Bucket, BucketWindow
 from policies.kernel.slopes import SortedSlopes, pair_slopes, sen
 
 
-@dataclass(frozen=True, slots=True)
-class Trend:
-    """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref."""
+class Trend(msgspec.Struct, frozen=True):
+    """A fitted line: slope (units per second) with one-sided bounds, and its level at t_ref.
+
+    A Struct: one is built at every fit of every series. Its level is worked out when
+    read (the policy reads the slope and its bounds; the level is for people and tests).
+    """
 
     slope: float
     lo: float
     hi: float
-    level: float
     t_ref: float
     n: int
     span_s: float
+    points: tuple[Bucket, ...]  # the buckets fitted, oldest first
+
+    @property
+    def level(self) -> float:
+        """The fitted value at ``t_ref``: the median of the points' offsets from the slope."""
+        n, slope, t_ref = self.n, self.slope, self.t_ref
+        offsets = [p.value - slope * (p.t - t_ref) for p in self.points]
+        offsets.sort()
+        return offsets[n // 2] if n % 2 else (offsets[n // 2 - 1] + offsets[n // 2]) / 2.0
 
     def at(self, t: float) -> float:
         """The fitted value at time ``t``."""
@@ -82,17 +95,12 @@ def theil_sen_of(points: list[Bucket], slopes: list[float], z: float) -> Trend |
 
 
 def _line(points: list[Bucket], slope: float, lo: float, hi: float) -> Trend:
-    """The trend of ``points`` with that slope and bounds: its level is the median offset."""
-    n = len(points)
+    """The trend of ``points`` with that slope and bounds (its level, the median offset)."""
     t_ref = points[-1].t
-    offsets = [p.value - slope * (p.t - t_ref) for p in points]
-    offsets.sort()
-    level = offsets[n // 2] if n % 2 else (offsets[n // 2 - 1] + offsets[n // 2]) / 2.0
-    return Trend(slope, lo, hi, level, t_ref, n, t_ref - points[0].t)
+    return Trend(slope, lo, hi, t_ref, len(points), t_ref - points[0].t, tuple(points))
 
 
-@dataclass(frozen=True, slots=True)
-class TimeToThreshold:
+class TimeToThreshold(msgspec.Struct, frozen=True, gc=False):
     """Seconds until a series reaches a threshold: point estimate and the early/late bounds.
 
     None means "not reaching it" at that bound (moving away, or flat).
@@ -261,7 +269,6 @@ class SeriesForecaster:
             return None
         recent_points = points[n // 2 :]
         recent = self._recent.sen(recent_points, z)
-        # Only the chosen trend needs its level (a median of offsets from its slope).
         if recent is None or recent[1] <= whole[0] <= recent[2]:
             return _line(points, whole[0], whole[1], whole[2])
         # The recent half says something else: a settled step or a stopped ramp is

@@ -13,7 +13,7 @@ Thermal margin = slowdown temperature - temperature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from policies.forecast import TimeToThreshold
 from policies.freshness import fresh
@@ -23,14 +23,15 @@ from policies.settings import PolicySettings
 from policies.wording import gpu_detail
 
 
-@dataclass(slots=True, eq=False)
-class GpuView:
+class GpuView(msgspec.Struct, eq=False):
     """One GPU as the rules see it at one evaluation; its Assessment is built when read.
 
     An evaluation makes one per GPU and the rules read only its numbers; a replay,
     which prints decisions alone, reads nothing else. The words of an assessment's
     detail are formatted (from the values and settings of that evaluation) for the
-    assessments someone reads: evidence, the API, the node's detail.
+    assessments someone reads: evidence, the API, the node's detail. A Struct, as
+    Assessment is: a replay builds one per GPU per evaluation, and msgspec builds a
+    Struct of these sixteen fields several times faster than a dataclass.
     """
 
     subject: str
@@ -53,7 +54,7 @@ class GpuView:
     full_load_margin: float | None = None
     shutdown: float | None = None  # the shutdown temperature, where it made this CRITICAL
     why: str = ""  # why the GPU is unknown
-    _assessment: Assessment | None = field(default=None, init=False, repr=False)
+    _assessment: Assessment | None = None  # built when first read
 
     @property
     def detail(self) -> str:

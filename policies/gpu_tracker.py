@@ -183,9 +183,9 @@ class GpuTracker:
             return False
         return self.recent_power.spread() <= self._load_step_w()
 
-    def observe(self, r: Reading, kind: SensorKind | None = None) -> None:
-        """Take one reading of this GPU (``kind``: its kind, where the caller has read it)."""
-        take = _TAKE.get(r.kind if kind is None else kind)
+    def observe(self, r: Reading) -> None:
+        """Take one reading of this GPU."""
+        take = TAKES.get(r.kind)
         if take is not None:
             take(self, r)
 
@@ -280,8 +280,9 @@ class GpuTracker:
         return self.temps.recent
 
 
-# What each GPU kind's reading updates (a table: asked for every GPU reading).
-_TAKE: Final[dict[SensorKind, Callable[[GpuTracker, Reading], None]]] = {
+# What each GPU kind's reading updates (a table: asked for every GPU reading, by
+# GpuTracker.observe and by the tracker that routes readings, which calls it directly).
+TAKES: Final[dict[SensorKind, Callable[[GpuTracker, Reading], None]]] = {
     SensorKind.GPU_TEMPERATURE: GpuTracker._take_temperature,
     SensorKind.GPU_SLOWDOWN_THRESHOLD: GpuTracker._take_slowdown,
     SensorKind.GPU_POWER: GpuTracker._take_power,

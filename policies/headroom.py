@@ -29,10 +29,14 @@ from dataclasses import dataclass, field
 from math import isfinite
 from typing import Final
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class Resistance:
-    """A thermal resistance estimate in K/W: median with its lower and upper bounds."""
+
+class Resistance(msgspec.Struct, frozen=True, gc=False):
+    """A thermal resistance estimate in K/W: median with its lower and upper bounds.
+
+    A Struct (numbers only, as a Bucket): one is built each time the estimate moves.
+    """
 
     median: float
     lo: float
@@ -87,7 +91,7 @@ class ResistanceEstimator:
 
     def cap(self, bound: float) -> None:
         """The resistance is at most ``bound`` now: samples above it are of another plate."""
-        if isfinite(bound) and any(x > bound for x in self.samples):
+        if self.capped_by(bound):
             capped = [min(x, bound) for x in self.samples]
             self.samples.clear()
             self.samples.extend(capped)
@@ -126,13 +130,13 @@ class ResistanceEstimator:
         return Resistance(median, ordered[lo_i], ordered[hi_i], n)
 
 
-@dataclass(frozen=True, slots=True)
-class NodeHeadroom:
+class NodeHeadroom(msgspec.Struct, frozen=True, gc=False):
     """A node's headroom at full load: the least margin to slowdown any of its GPUs would
     have at its enforced power limit (the conservative bound of its resistance), in C.
 
     ``trusted`` only when every GPU of the node is read and has an estimate: the minimum
-    over some GPUs is no bound for the node.
+    over some GPUs is no bound for the node. A Struct (numbers only, as a Resistance):
+    one is built per node at every evaluation.
     """
 
     margin_c: float | None = None

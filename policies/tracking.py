@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from policies.gpu_tracker import GpuTracker
+from policies.gpu_tracker import TAKES, GpuTracker
 from policies.model import Reading, SensorKind
 from policies.rack_tracker import RackTracker
 from policies.settings import PolicySettings
@@ -64,37 +64,41 @@ class Tracker:
 
     def observe(self, readings: Iterable[Reading]) -> None:
         """Route readings to their GPU or rack; unknown nodes and racks are ignored."""
-        nodes, default_node, gpu_kinds = self.nodes, self.default_node, _GPU_KINDS
+        nodes, default_node, gpu_kinds, takes = self.nodes, self.default_node, _GPU_KINDS, TAKES
         racks, rack_of = self.rack, self.rack_of
         # Once, not per reading: a member read from its enum class is a call on Python 3.11.
         temperature = SensorKind.GPU_TEMPERATURE
         # A GPU's readings come together (temperature, thresholds, power, limit) and a
-        # node's GPUs too: the last GPU's and the last node's look-ups are kept, and
-        # reused while the labels are equal. Comparing two strings costs less than
-        # hashing one (each reading's label values are new strings) and looking it up.
-        last_node, last_gpu, last = "", "", None  # labels of the last GPU found, and it
+        # node's GPUs too: the last GPU found is kept, and reused while a reading's
+        # labels equal the labels it was found by (one comparison in C, where reading
+        # its labels and looking them up again would be several).
+        last_labels: Mapping[str, str] | None = None
+        last_node, last = "", None  # the node of the last GPU found, and it
         rack_node, node_rack = "", None  # the last node whose rack was looked up, and it
         for r in readings:
             kind = r.kind
             labels = r.labels
-            node = labels.get("node") or default_node
-            if kind in gpu_kinds:
-                label = labels.get("gpu")
-                if label is None or node is None:
-                    continue
-                gpu, on = label, node
-                if last is not None and gpu == last_gpu and on == last_node:
-                    g = last
+            # GpuTracker.observe, its table read here: one call a reading, not two. A kind
+            # in the table is a GPU's; another may still be (one no field keeps).
+            take = takes.get(kind)
+            if take is not None or kind in gpu_kinds:
+                if last is not None and labels == last_labels:
+                    g, on = last, last_node
                 else:
-                    tracker = nodes.get(on)
+                    gpu = labels.get("gpu")
+                    node = labels.get("node") or default_node
+                    if gpu is None or node is None:
+                        continue
+                    tracker = nodes.get(node)
                     if tracker is None:
                         continue
                     found = tracker.gpus.get(gpu)
                     if found is None:
                         found = tracker.gpus[gpu] = GpuTracker(self.settings)
-                    last_node, last_gpu, last = on, gpu, found
-                    g = found
-                g.observe(r, kind)
+                    last_labels, last_node, last = labels, node, found
+                    g, on = found, node
+                if take is not None:
+                    take(g, r)
                 if kind is temperature:
                     if on != rack_node or not on:
                         rack_node = on
@@ -103,6 +107,7 @@ class Tracker:
                     reference = node_rack.reference(at) if node_rack is not None else None
                     g.sample_resistance(reference)
                 continue
+            node = labels.get("node") or default_node
             rack = labels.get("rack") or (self.rack_of.get(node) if node else None)
             if rack is None and len(self.rack) == 1:
                 rack = next(iter(self.rack))

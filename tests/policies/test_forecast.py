@@ -7,6 +7,7 @@ import random
 from dataclasses import replace
 from types import MappingProxyType
 
+import msgspec
 import pytest
 
 from policies.forecast import (
@@ -78,7 +79,7 @@ def test_time_to_threshold(
     t = theil_sen(_points([0.0, 1.0, 2.0]), Z90)
     assert t is not None
     got = time_to_threshold(
-        replace(t, slope=slope, lo=lo, hi=hi), level, threshold, falling=falling
+        msgspec.structs.replace(t, slope=slope, lo=lo, hi=hi), level, threshold, falling=falling
     )
     for have, want in ((got.point_s, point), (got.early_s, early), (got.late_s, late)):
         assert (have is None) == (want is None)

@@ -57,3 +57,26 @@ def test_with_one_rack_an_unlabelled_rack_reading_is_that_rack_s() -> None:
 def test_gpu_kinds_are_the_gpu_prefixed_ones() -> None:
     assert gpu_kind(SensorKind.GPU_POWER_LIMIT)
     assert not gpu_kind(SensorKind.INLET_TEMPERATURE)
+
+
+def test_a_gpu_s_readings_in_a_row_go_to_that_gpu_whatever_other_labels_they_carry() -> None:
+    # The tracker reuses the last GPU found while the labels equal its: readings of one
+    # GPU with an extra label, and of another GPU in between, still land where they name.
+    t = Tracker(PolicySettings(), RACKS)
+    t.observe(
+        [
+            _reading(SensorKind.GPU_TEMPERATURE, {"node": "n1", "gpu": "0"}, 60.0),
+            _reading(SensorKind.GPU_SLOWDOWN_THRESHOLD, {"node": "n1", "gpu": "0"}, 90.0),
+            _reading(SensorKind.GPU_TEMPERATURE, {"node": "n1", "gpu": "1"}, 70.0),
+            _reading(SensorKind.GPU_SLOWDOWN_THRESHOLD, {"node": "n1", "gpu": "1", "x": "y"}, 85.0),
+            _reading(SensorKind.GPU_MEMORY_TEMPERATURE, {"node": "n2", "gpu": "1"}),
+            _reading(SensorKind.GPU_SLOWDOWN_THRESHOLD, {"node": "n2", "gpu": "1"}, 80.0),
+        ]
+    )
+    gpus = t.nodes["n1"].gpus
+    assert sorted(gpus) == ["0", "1"]
+    assert gpus["0"].fresh_slowdown(1.0, 5.0) == 90.0
+    assert gpus["1"].fresh_temperature(1.0, 5.0) == 70.0
+    assert gpus["1"].fresh_slowdown(1.0, 5.0) == 85.0
+    # A kind no field keeps still makes the GPU known; the next reading is its own.
+    assert t.nodes["n2"].gpus["1"].fresh_slowdown(1.0, 5.0) == 80.0

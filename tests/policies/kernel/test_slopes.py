@@ -3,9 +3,9 @@ as they would be sorted from scratch."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
+import msgspec
 import pytest
 
 from policies.forecast import z_for
@@ -68,7 +68,7 @@ def test_a_run_from_an_equal_copy_of_a_kept_bucket_is_its_own_sorted_pair_slopes
     # Equal buckets that are not the same object: the store matches kept buckets by
     # identity, so it must not take the copy for a later state of what it kept.
     pool = [Bucket(float(t), float(t * t % 7), 1, 0.0, 0.0) for t in range(8)]
-    twin = dataclasses.replace(pool[1])
+    twin = msgspec.structs.replace(pool[1])
     listed = slopes.SortedSlopes()
     listed.of([pool[0], twin, *pool[2:6]])
     for run in ([pool[1], *pool[2:7]], [twin, pool[1], *pool[2:8]], pool[3:8]):
