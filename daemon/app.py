@@ -25,7 +25,7 @@ from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.backend import Backend
 from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.kubernetes.client import KubeAuthError
-from daemon.config import Config, read_secret
+from daemon.config import Config, config_notes, read_secret
 from daemon.config.outbox_path import outbox_location
 from daemon.config.policy import policy_settings
 from daemon.config.sources import SourceTiming
@@ -362,6 +362,8 @@ class Daemon:
             log.warning(
                 "%s: SIMULATED GPUs: this process watches no real hardware", self.config.node.name
             )
+        for note in config_notes(self.config):
+            log.warning("%s: %s", self.config.node.name, note)
         # Signals first: a SIGHUP or SIGTERM during start-up is handled, never fatal.
         if handle_signals:
             for sig in signals:

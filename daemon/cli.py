@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from adapters.errors import SourceError, SourceMismatch
-from daemon.config import Config, ConfigError, load_config
+from daemon.config import Config, ConfigError, config_notes, load_config
 from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
 from daemon.service.preflight import preflight_problems
@@ -71,7 +71,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_CONFIG
     problems, notes = asyncio.run(_source_problems(config, args.nvml))
-    for note in notes:
+    for note in [*config_notes(config), *notes]:
         print(f"rackguard: {note}", file=sys.stderr)
     if problems:
         _refuse(args.file, problems)

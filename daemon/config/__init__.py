@@ -166,6 +166,26 @@ class Config:
             yield "steering.enabled", NO_NODE_SETTING
 
 
+def config_notes(config: Config) -> list[str]:
+    """Settings that are valid but take no effect as configured: said, not refused."""
+    notes: list[str] = []
+    policy = config.policy
+    derating = [
+        f"policy.racks.{rack}.inlet_derate_limit_c"
+        for rack, own in sorted(policy.racks.items())
+        if own.inlet_derate_limit_c is not None
+    ]
+    if policy.inlet_derate_limit_c is not None:
+        derating.insert(0, "policy.inlet_derate_limit_c")
+    if derating and not config.power_cap.enabled:
+        notes.extend(
+            f"{key}: no effect while [power_cap] enabled = false (no GPU can be derated:"
+            " racks drain at their inlet limit)"
+            for key in derating
+        )
+    return notes
+
+
 def parse_config(text: str, *, origin: str = "<config>") -> Config:
     """Parse and validate TOML text."""
     try:

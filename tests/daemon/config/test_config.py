@@ -410,3 +410,21 @@ def test_check_config_refuses_a_power_cap_derate_limit_not_above_the_inlet_limit
     assert len([x for x in err.splitlines() if x.startswith("  ")]) == 1, err  # one problem
     ok = parse_config(MINIMAL + "[policy]\ninlet_derate_limit_c = 35.0\n")
     assert ok.policy.inlet_derate_limit("any") == 35.0
+
+
+def test_check_config_says_a_power_cap_derate_limit_without_power_capping_does_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Valid, so not refused; but without caps no GPU is derated: said, with the key."""
+    path = tmp_path / "c.toml"
+    derate = (
+        "[policy]\ninlet_derate_limit_c = 35.0\n[policy.racks.r1]\ninlet_derate_limit_c = 40.0\n"
+    )
+    path.write_text(MINIMAL + derate)
+    assert main(["check-config", str(path)]) == 0
+    err = capsys.readouterr().err
+    for key in ("policy.inlet_derate_limit_c", "policy.racks.r1.inlet_derate_limit_c"):
+        assert f"rackguard: {key}: no effect while [power_cap] enabled = false" in err
+    path.write_text(MINIMAL + derate + '[power_cap]\nenabled = true\nvia = "direct"\n')
+    assert main(["check-config", str(path)]) == 0
+    assert "no effect" not in capsys.readouterr().err
