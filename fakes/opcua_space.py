@@ -1,6 +1,6 @@
 """OPC UA's standard address space, filled once per process for every fake server.
 
-asyncua fills the standard address space (about 9,000 nodes) at every ``Server.init()``:
+asyncua fills the standard address space (about 6,200 nodes) at every ``Server.init()``:
 1.2-1.6 s of CPU, paid again by every test and simulator that starts a fake CDU. Its own
 remedy, ``init(shelf_file)``, keeps the filled nodes in a dbm shelf on disk and copies a
 node out only when it is first touched; but which dbm a Python has decides the shelf's

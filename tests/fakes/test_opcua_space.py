@@ -21,7 +21,7 @@ async def test_two_servers_in_one_process_write_their_own_standard_nodes() -> No
     await second.start()
     try:
         assert first._server is not None and second._server is not None
-        # Each copied what it touched, not the ~9,000 nodes asyncua fills.
+        # Each copied what it touched, not the ~6,200 nodes asyncua fills.
         for server in (first._server, second._server):
             nodes = server.iserver.aspace._nodes
             assert isinstance(nodes, _CopiedOnTouch)
