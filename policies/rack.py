@@ -368,14 +368,16 @@ def _air_read(
 def _derate_read(rack: str, rt: RackTracker, now: float, s: PolicySettings) -> InletDerate | None:
     """The inlet air against the rack's derate limit (None: none set, or no inlet probes)."""
     derate = s.inlet_derate_limit(rack)
-    inlets = {k: x for k, x in rt.slow[SensorKind.INLET_TEMPERATURE].items() if not x.absent}
-    if derate is None or not inlets:
+    if derate is None:
+        return None  # the common case: no inlet probe looked at
+    inlets = _present(rt.slow[SensorKind.INLET_TEMPERATURE])
+    if not inlets:
         return None
     level: float | None = None
     probe = ""
     rising = []
     settled = True
-    for key, series in sorted(inlets.items()):
+    for key, series in sorted(inlets, key=lambda kx: kx[0]):
         if fresh_value(series.latest, now, s.rack_stale_after_s) is None:
             settled = False
             continue
