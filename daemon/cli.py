@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from adapters.errors import SourceError, SourceMismatch
+from adapters.timeouts import time_limit
 from daemon.config import Config, ConfigError, config_notes, load_config
 from daemon.replay import command as replay_cmd
 from daemon.service.logs import setup_logging
@@ -166,7 +167,7 @@ async def _probe(config: Config, name: str, *, as_json: bool, nvml: Any) -> int:
     try:
         adapter = build_adapter(name, cfg, nvml=nvml)
         try:
-            async with asyncio.timeout(max(cfg.timeout_s, 5.0)):
+            async with time_limit(max(cfg.timeout_s, 5.0)):
                 await adapter.connect()
                 readings = await adapter.read()
         finally:

@@ -25,6 +25,8 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from adapters.timeouts import time_limit
+
 log = logging.getLogger(__name__)
 
 Update = Callable[[], Awaitable[None]]
@@ -182,7 +184,7 @@ class Poller:
         began = loop.time()
         self.stats.attempts += 1
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with time_limit(self.timeout_s):
                 await self._update()
         except TimeoutError:
             self._failed(f"timed out after {self.timeout_s:g}s")

@@ -8,7 +8,6 @@ the daemon's runner decides when to build a new one.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import logging
@@ -27,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtensionOID
 
 from adapters.errors import SourceAuthError, SourceSetupError, SourceUnavailable
+from adapters.timeouts import time_limit
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ async def renew_channel_if_due(client: Client, opened_at: float, now: float) -> 
 async def close_session(client: Client) -> None:
     """CloseSession politely if the server answers within a moment, then drop the socket."""
     try:
-        async with asyncio.timeout(_CLOSE_GRACE_S):
+        async with time_limit(_CLOSE_GRACE_S):
             await client.close_session()
             with contextlib.suppress(OSError, UaError):
                 await client.close_secure_channel()

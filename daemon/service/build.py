@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from adapters.base import SensorAdapter
+from adapters.timeouts import time_limit
 from daemon.config import Config, SourceConfig
 from daemon.service.sources import build_adapter
 
@@ -28,7 +28,7 @@ def build_adapters(
 async def first_connect(adapter: SensorAdapter, cfg: SourceConfig) -> None:
     """Connect once and close again; raises what connect() raised, or TimeoutError."""
     try:
-        async with asyncio.timeout(max(cfg.timeout_s, FIRST_CONNECT_MIN_S)):
+        async with time_limit(max(cfg.timeout_s, FIRST_CONNECT_MIN_S)):
             await adapter.connect()
     finally:
         await adapter.close()

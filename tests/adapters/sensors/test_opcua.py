@@ -349,6 +349,33 @@ async def test_server_restart_recovers_within_two_reconnect_intervals(
             await task
 
 
+async def test_a_reply_racing_the_attempt_timeout_fails_the_attempt_not_the_runner(
+    server: FakeCduServer,
+) -> None:
+    """asyncua cancels through wait_for2, whose CancelledError subclass (a reply that
+    landed with the cancel) slipped past asyncio.timeout: the attempt raised a
+    cancellation and the source's runner ended for good (CI, stop 41: the CDU's first
+    connect timed out under load, and nothing was ever read again)."""
+    timing = SourceTiming(
+        interval_s=1.0, timeout_s=1.0, backoff_initial_s=1.0, backoff_max_s=1.0, down_after=3
+    )
+    outcomes: list[bool] = []
+    # Time limits across a whole connect (~8 ms on an idle 2-core VM), one runner each.
+    for step in range(1, 61):
+        adapter = OpcuaAdapter("cdu", settings(server))
+        runner = SourceRunner(adapter, timing, lambda _s, _r: None)
+        runner.poller.timeout_s = step * 0.0005
+        try:
+            outcomes.append(await runner.attempt())  # never raises
+        finally:
+            await adapter.close()
+        if not outcomes[-1]:
+            assert runner.stats.last_error == f"timed out after {step * 0.0005:g}s"
+    assert False in outcomes and True in outcomes, outcomes  # the scan crossed the connect
+    current = asyncio.current_task()
+    assert current is not None and current.cancelling() == 0
+
+
 async def read_runner_until(
     received: list[tuple[float, dict[str, Reading]]], flow: float, within_s: float
 ) -> float:

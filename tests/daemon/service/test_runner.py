@@ -18,6 +18,8 @@ import pytest
 from adapters.errors import SourceSetupError, SourceUnavailable
 from daemon.config.sources import SourceTiming
 from daemon.service.runner import Health, SourceRunner
+from daemon.service.source_set import SourceSet
+from daemon.service.state import StateStore
 from policies.model import Quality, Reading, SensorKind
 from tests.support.virtual_time import virtual_time
 
@@ -227,3 +229,35 @@ async def test_unexpected_adapter_error_is_a_failed_poll_not_a_crash(
     assert len(tracebacks) == 1  # logged once per failure streak, with the traceback
     assert await runner.attempt() is True
     assert runner.health.value == "up"
+
+
+class CancelledWithResult(asyncio.CancelledError):
+    """A library's own CancelledError raised where no one cancelled (wait_for2's kind)."""
+
+
+@virtual_time
+async def test_a_runner_ended_by_a_cancellation_no_one_asked_for_is_restarted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = StateStore()
+    adapter = ScriptedAdapter("cdu", [1.0, CancelledWithResult(), 2.0, 3.0])
+    runner = SourceRunner(adapter, timing(0.05), store.update, rng=random.Random(3))
+    sources = SourceSet(store)
+    sources.runners.append(runner)
+
+    async def serve() -> None:
+        async with asyncio.TaskGroup() as tg:
+            sources.start(tg)
+
+    service = asyncio.create_task(serve())
+    await asyncio.sleep(0.5)
+    assert not service.done()
+    assert adapter.script == [] and len(adapter.reads) >= 6  # read on past the stray cancel
+    assert runner.health is Health.UP
+    assert [r.value for r in store.readings()] == [1.0]  # the default after the script
+    service.cancel()  # the daemon stopping: the runner is not restarted
+    await asyncio.gather(service, return_exceptions=True)
+    assert service.cancelled()
+    assert adapter.closes == 2  # closed when it ended, and when stopped
+    restarts = [r for r in caplog.records if "no one asked for" in r.getMessage()]
+    assert len(restarts) == 1 and restarts[0].levelno == logging.ERROR
