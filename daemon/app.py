@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import signal
@@ -46,6 +47,7 @@ from daemon.http.power_cap_metrics import PowerCapCollector
 from daemon.http.power_caps import NodePowerCaps
 from daemon.http.steering import SteeringCollector
 from daemon.http.view import ServiceView
+from daemon.loops import run_in
 from daemon.replay.recorder import TraceRecorder
 from daemon.service.build import build_adapters, first_connect
 from daemon.service.cluster import FleetCollector, build_fleet, build_leader, run_fleet
@@ -393,33 +395,31 @@ class Daemon:
                     self.sources.start(tg)
                     if self._reload_pending:
                         tg.create_task(self.reload(), name="reload")
-                    tg.create_task(
-                        self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
-                    )
-                    tg.create_task(self.deliverer.run(), name="delivery")
-                    tg.create_task(self.deliverer.watch(), name="delivery-watch")
-                    tg.create_task(self.decisions.run(), name="storage")
+                    forever = functools.partial(run_in, tg)
+                    interval = self.config.policy.evaluate_interval_s
+                    forever("policy", lambda: self.engine.run(interval))
+                    forever("delivery", self.deliverer.run)
+                    forever("delivery-watch", self.deliverer.watch)
+                    forever("storage", self.decisions.run)
                     if self.fleet is not None:
-                        tg.create_task(run_fleet(self.fleet, self.leader), name="fleet")
+                        fleet, leader = self.fleet, self.leader
+                        forever("fleet", lambda: run_fleet(fleet, leader))
                     if self.reconciler is not None:
-                        tg.create_task(self.reconciler.run(), name="reconcile")
+                        forever("reconcile", self.reconciler.run)
                     tg.create_task(self.status.mark_ready(lambda: self.runners), name="ready")
-                    tg.create_task(self.status.report(), name="status")
+                    forever("status", self.status.report)
                     if self.notices is not None:
-                        tg.create_task(self.notices.run(), name="job-notices")
-                    tg.create_task(self._publish_assessments(), name="assessments")
+                        forever("job-notices", self.notices.run)
+                    forever("assessments", self._publish_assessments)
                     if self.steering is not None:
-                        tg.create_task(self.steering.run(), name="steering")
+                        forever("steering", self.steering.run)
                     if self.power_caps is not None:
                         await self.power_caps.load()
-                        tg.create_task(
-                            self.power_caps.run(self.config.policy.evaluate_interval_s),
-                            name="power-cap",
-                        )
+                        caps = self.power_caps
+                        forever("power-cap", lambda: caps.run(interval))
                     if self.notifier.watchdog_s:
-                        tg.create_task(
-                            self.status.watchdog(self.notifier.watchdog_s), name="watchdog"
-                        )
+                        watchdog_s = self.notifier.watchdog_s
+                        forever("watchdog", lambda: self.status.watchdog(watchdog_s))
                     tg.create_task(self._wait_stop(), name="stop")
             except* _Shutdown:
                 pass
