@@ -45,6 +45,7 @@ from daemon.cluster.etcd import (
     ranges,
 )
 from daemon.cluster.etcd_values import Values
+from daemon.loops import stop_requested
 from daemon.poller import Backoff
 
 log = logging.getLogger(__name__)
@@ -246,16 +247,32 @@ class EtcdAgent:
                 failures = 0
                 self._live = True
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self._keepalive())
+                    tg.create_task(self._part("keepalive", self._keepalive()))
                     for i, span in enumerate(spans):
-                        tg.create_task(self._watch(i, span, revision + 1))
-                    tg.create_task(self._work())
+                        tg.create_task(self._part("watch", self._watch(i, span, revision + 1)))
+                    tg.create_task(self._part("side jobs", self._work()))
             except* EtcdError as group:
                 self.mark_down(group.exceptions[0])
             finally:
                 self._live = False
             failures += 1
             await asyncio.sleep(RECONNECT.delay_s(failures, self._rng))
+
+    async def _part(self, name: str, part: Awaitable[None]) -> None:
+        """One task of the session: it lasts as long as the session, or ends it.
+
+        The TaskGroup would drop a task that returned or was ended by a library's
+        CancelledError nobody asked for (see daemon/loops.py), and the agent would
+        go on with no keepalive, watch or side jobs while it reads as up.
+        """
+        try:
+            await part
+        except asyncio.CancelledError as err:
+            if stop_requested():
+                raise
+            log.error("%s: etcd %s ended by a cancellation no one asked for", self.node, name)
+            raise EtcdUnavailable(f"{name} ended by a cancellation no one asked for") from err
+        raise EtcdUnavailable(f"{name} ended")
 
     async def _keepalive(self) -> None:
         """Refresh the lease while one is held; otherwise ask etcd only when it has been quiet."""
