@@ -268,8 +268,19 @@ class JobNotices:
 
     async def run(self) -> None:
         """Until cancelled: load open notices, then carry each to its end."""
-        if not self.loaded.is_set():  # a restarted task (daemon/loops.py) keeps what it holds
-            await self._carry_over()
+        for n in await self._load():
+            self._notices[n.key] = n
+            for job in n.jobs.values():
+                if job.signal_started_at is not None and not job.signaled:
+                    job.signaled = IN_FLIGHT
+                    self.counts.signals["unknown"] += 1
+                    log.warning("%s: job %s: %s", n.node, job.job_id, IN_FLIGHT)
+        if any(n.open for n in self._notices.values()):
+            log.info(
+                "job notices: %d open notice(s) carried over",
+                sum(1 for n in self._notices.values() if n.open),
+            )
+        self.loaded.set()
         while True:
             await self._take_inbox()
             now = self._wall()
@@ -284,21 +295,6 @@ class JobNotices:
             self._wake.clear()
             delay = max(0.0, due - self._wall()) if due != math.inf else 3600.0
             await self._sleep(delay, self._wake)
-
-    async def _carry_over(self) -> None:
-        for n in await self._load():
-            self._notices[n.key] = n
-            for job in n.jobs.values():
-                if job.signal_started_at is not None and not job.signaled:
-                    job.signaled = IN_FLIGHT
-                    self.counts.signals["unknown"] += 1
-                    log.warning("%s: job %s: %s", n.node, job.job_id, IN_FLIGHT)
-        if any(n.open for n in self._notices.values()):
-            log.info(
-                "job notices: %d open notice(s) carried over",
-                sum(1 for n in self._notices.values() if n.open),
-            )
-        self.loaded.set()
 
     async def _load(self) -> list[Notice]:
         # A disk stalled at start delays the notices; it never ends the daemon.
