@@ -14,6 +14,7 @@ from aiohttp import web
 
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.cluster.agent import EtcdAgent
+from daemon.cluster.claims import Grant
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.fleet import Fleet
 from daemon.service.engine import PolicyEngine
@@ -35,6 +36,7 @@ from policies.power_cap import CapLadder, CapSettings, CapState
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterView
 from policies.settings import PolicySettings
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.wait import wait_until
 
 SETTINGS = PolicySettings(cluster_budget_nodes=1, cluster_budget_pct=0.0)
@@ -107,6 +109,26 @@ async def test_a_rack_wide_drain_is_seen_by_the_rack_at_once(
             what="the cause gone from the peer's view",
         )
         assert peer.claims_refused == 1 and lead.claims_granted == 2
+
+
+async def test_a_claim_whose_reply_races_its_time_limit_goes_ahead_degraded(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    async with fleet_agent(etcd_server.url, "a1", "a", prefix) as gate:
+        agent = gate.etcd
+        assert agent is not None
+
+        async def reply_racing_the_time_limit(*args: object) -> Grant:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                raise CancelledWithResult() from None  # a client library's own kind
+            raise AssertionError("not reached")
+
+        agent.claims.claim_drain = reply_racing_the_time_limit  # type: ignore[method-assign,assignment]
+        # Before: the library's CancelledError went up through the policy's evaluation.
+        assert await gate.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
+        assert agent.failures == 1 and not agent.up
 
 
 async def test_the_breaker_is_fleet_wide_and_one_reset_closes_it(
