@@ -26,6 +26,7 @@ from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.backend import Backend
 from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.kubernetes.client import KubeAuthError
+from adapters.timeouts import time_limit
 from daemon.config import Config, config_notes, read_secret
 from daemon.config.outbox_path import outbox_location
 from daemon.config.policy import policy_settings
@@ -471,7 +472,7 @@ class Daemon:
                 ", ".join(f"{p.decision.node} {p.decision.action}" for p in pending),
             )
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(STOP_GRACE_S):
+            async with time_limit(STOP_GRACE_S):
                 await api.cleanup()
                 if self.fleet is not None and self.fleet.etcd is not None:
                     await self.fleet.etcd.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import aiohttp
 import pytest
 
 from adapters.schedulers.webhook.sink import WebhookSink
+from daemon.delivery.outbox import DecisionStore
 from daemon.service.runner import Health
 from fakes.nvml import FakeNvml, fake_node
 from fakes.scheduler import FakeWebhookScheduler
@@ -106,6 +108,28 @@ async def test_a_loop_ended_by_a_cancellation_no_one_asked_for_is_restarted(
     assert [(r.levelno, r.getMessage().split(":")[0]) for r in restarts] == [
         (logging.ERROR, "delivery")
     ]
+
+
+class HangingCloseSink(WebhookSink):
+    """Its close() hangs, and ends in a client library's CancelledError when given up on."""
+
+    async def close(self) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise CancelledWithResult() from None
+
+
+async def test_a_stop_past_its_grace_still_closes_the_outbox(
+    receiver: FakeWebhookScheduler, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("daemon.app.STOP_GRACE_S", 0.2)
+    sink = HangingCloseSink(receiver.url, SECRET)
+    # Before: the library's CancelledError at the grace limit ended the stop there,
+    # the outbox left open and its lock held, the process ending with a traceback.
+    async with running(config_text(receiver.url, secret), fake_node(), sink=sink) as daemon:
+        pass
+    DecisionStore(daemon.decisions.path).close()  # the lock is free: a next start can open it
 
 
 async def test_bad_sensor_becomes_bad_reading_never_a_decision(
