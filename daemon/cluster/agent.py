@@ -32,6 +32,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
+from adapters.timeouts import time_limit
 from daemon.cluster.claims import Claims
 from daemon.cluster.etcd import (
     EtcdClient,
@@ -398,6 +399,6 @@ class EtcdAgent:
         """Give the lease back (our slots and causes go at once) and close the client."""
         if self.claims.lease and self.up:
             with contextlib.suppress(EtcdError, TimeoutError):
-                async with asyncio.timeout(1.0):
+                async with time_limit(1.0):
                     await self.etcd.revoke(self.claims.lease)
         await self.etcd.close()

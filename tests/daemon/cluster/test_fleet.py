@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import NoReturn
 
 import orjson
 import pytest
@@ -14,7 +15,6 @@ from aiohttp import web
 
 from adapters.sensors.nvml import NvmlAdapter
 from daemon.cluster.agent import EtcdAgent
-from daemon.cluster.claims import Grant
 from daemon.cluster.etcd import EtcdClient
 from daemon.cluster.fleet import Fleet
 from daemon.service.engine import PolicyEngine
@@ -111,24 +111,39 @@ async def test_a_rack_wide_drain_is_seen_by_the_rack_at_once(
         assert peer.claims_refused == 1 and lead.claims_granted == 2
 
 
+async def reply_racing_the_time_limit(*args: object) -> NoReturn:
+    """A call whose reply lands as its time limit cancels it: a client library's own kind."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        raise CancelledWithResult() from None
+    raise AssertionError("not reached")
+
+
 async def test_a_claim_whose_reply_races_its_time_limit_goes_ahead_degraded(
-    etcd_server: EtcdServer, prefix: str
+    etcd_server: EtcdServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with fleet_agent(etcd_server.url, "a1", "a", prefix) as gate:
         agent = gate.etcd
         assert agent is not None
 
-        async def reply_racing_the_time_limit(*args: object) -> Grant:
-            try:
-                await asyncio.sleep(10)
-            except asyncio.CancelledError:
-                raise CancelledWithResult() from None  # a client library's own kind
-            raise AssertionError("not reached")
-
-        agent.claims.claim_drain = reply_racing_the_time_limit  # type: ignore[method-assign,assignment]
+        monkeypatch.setattr(agent.claims, "claim_drain", reply_racing_the_time_limit)
         # Before: the library's CancelledError went up through the policy's evaluation.
         assert await gate.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
         assert agent.failures == 1 and not agent.up
+
+
+async def test_a_goodbye_whose_reply_races_its_time_limit_still_closes(
+    etcd_server: EtcdServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with fleet_agent(etcd_server.url, "a1", "a", prefix) as gate:
+        agent = gate.etcd
+        assert agent is not None
+        await agent.hold_lease()
+        monkeypatch.setattr(agent.etcd, "revoke", reply_racing_the_time_limit)
+        # Before: the library's CancelledError left close() (and the daemon's stop) there.
+        await agent.close()
+        assert agent.etcd._session is None  # the HTTP session closed all the same
 
 
 async def test_the_breaker_is_fleet_wide_and_one_reset_closes_it(
