@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from tests.support.daemon_harness import (
 from tests.support.paths import ROOT
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
 from tests.support.secrets import write_secret
-from tests.support.stray_cancel import CancelledWithResult
+from tests.support.stray_cancel import CancelledWithResult, reply_racing_the_cancel
 from tests.support.wait import wait_until, wait_until_sync
 
 
@@ -114,10 +113,7 @@ class HangingCloseSink(WebhookSink):
     """Its close() hangs, and ends in a client library's CancelledError when given up on."""
 
     async def close(self) -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            raise CancelledWithResult() from None
+        await reply_racing_the_cancel(3600)
 
 
 async def test_a_stop_past_its_grace_still_closes_the_outbox(

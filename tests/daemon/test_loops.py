@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from daemon.loops import LoopEnded, keep_running, run_in
-from tests.support.stray_cancel import CancelledWithResult
+from tests.support.stray_cancel import CancelledWithResult, reply_racing_the_cancel
 from tests.support.virtual_time import virtual_time
 
 
@@ -64,13 +64,8 @@ async def test_a_stop_during_the_restart_delay_is_not_swallowed() -> None:
 
 @virtual_time
 async def test_a_stray_cancellation_together_with_a_stop_stops() -> None:
-    async def loop() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            raise CancelledWithResult() from None  # the library's, on our own cancel
-
-    task = asyncio.create_task(keep_running("reconcile", loop))
+    # The library's own CancelledError, on our cancel.
+    task = asyncio.create_task(keep_running("reconcile", reply_racing_the_cancel))
     await asyncio.sleep(1)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

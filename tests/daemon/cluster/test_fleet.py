@@ -36,7 +36,7 @@ from policies.power_cap import CapLadder, CapSettings, CapState
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterView
 from policies.settings import PolicySettings
-from tests.support.stray_cancel import CancelledWithResult
+from tests.support.stray_cancel import reply_racing_the_cancel
 from tests.support.wait import wait_until
 
 SETTINGS = PolicySettings(cluster_budget_nodes=1, cluster_budget_pct=0.0)
@@ -113,11 +113,8 @@ async def test_a_rack_wide_drain_is_seen_by_the_rack_at_once(
 
 async def reply_racing_the_time_limit(*args: object) -> NoReturn:
     """A call whose reply lands as its time limit cancels it: a client library's own kind."""
-    try:
-        await asyncio.sleep(10)
-    except asyncio.CancelledError:
-        raise CancelledWithResult() from None
-    raise AssertionError("not reached")
+    await reply_racing_the_cancel()
+    raise AssertionError("not cancelled")
 
 
 async def test_a_claim_whose_reply_races_its_time_limit_goes_ahead_degraded(

@@ -21,6 +21,7 @@ from daemon.service.runner import Health, SourceRunner
 from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
 from policies.model import Quality, Reading, SensorKind
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.virtual_time import virtual_time
 
 
@@ -229,10 +230,6 @@ async def test_unexpected_adapter_error_is_a_failed_poll_not_a_crash(
     assert len(tracebacks) == 1  # logged once per failure streak, with the traceback
     assert await runner.attempt() is True
     assert runner.health.value == "up"
-
-
-class CancelledWithResult(asyncio.CancelledError):
-    """A library's own CancelledError raised where no one cancelled (wait_for2's kind)."""
 
 
 @virtual_time
