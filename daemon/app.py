@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import random
 import signal
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -396,7 +395,11 @@ class Daemon:
                     self.sources.start(tg)
                     if self._reload_pending:
                         tg.create_task(self.reload(), name="reload")
-                    forever = functools.partial(run_in, tg)
+                    node = self.config.node.name
+
+                    def forever(name: str, loop: Callable[[], Awaitable[None]]) -> None:
+                        run_in(tg, name, loop, what=f"{node}: {name} loop")
+
                     interval = self.config.policy.evaluate_interval_s
                     forever("policy", lambda: self.engine.run(interval))
                     forever("delivery", self.deliverer.run)

@@ -35,16 +35,23 @@ def run_in(
     name: str,
     loop: Callable[[], Awaitable[None]],
     *,
+    what: str = "",
     restart_s: float = RESTART_S,
 ) -> asyncio.Task[None]:
-    """Start ``loop`` in ``tg`` as a task named ``name``, under :func:`keep_running`."""
-    return tg.create_task(keep_running(name, loop, restart_s=restart_s), name=name)
+    """Start ``loop`` in ``tg`` as a task named ``name``, under :func:`keep_running`.
+
+    ``what``: how the log names the loop (its node or device first); default ``name``.
+    """
+    return tg.create_task(keep_running(what or name, loop, restart_s=restart_s), name=name)
 
 
 async def keep_running(
-    name: str, loop: Callable[[], Awaitable[None]], *, restart_s: float = RESTART_S
+    what: str, loop: Callable[[], Awaitable[None]], *, restart_s: float = RESTART_S
 ) -> NoReturn:
-    """Await ``loop()`` until cancelled; again after a cancellation no one asked for."""
+    """Await ``loop()`` until cancelled; again after a cancellation no one asked for.
+
+    ``what`` names the loop in the log, e.g. ``cdu: source runner``.
+    """
     while True:
         try:
             await loop()
@@ -52,11 +59,11 @@ async def keep_running(
             if stop_requested():
                 raise  # a stop or a reload: asked for
             log.error(
-                "%s: ended by a cancellation no one asked for (a library's bug); restarting"
+                "%s ended by a cancellation no one asked for (a library's bug); restarting"
                 " it in %gs",
-                name,
+                what,
                 restart_s,
             )
         else:
-            raise LoopEnded(f"{name}: returned, but it runs until the daemon stops")
+            raise LoopEnded(f"{what} returned, but it runs until the daemon stops")
         await asyncio.sleep(restart_s)

@@ -147,7 +147,12 @@ class RackLeader:
             self._tasks.pop(runner).cancel()
         for runner in wanted:
             if runner not in self._tasks and self._tg is not None:
-                self._tasks[runner] = run_in(self._tg, f"source:{runner.name}", runner.run)
+                self._tasks[runner] = run_in(
+                    self._tg,
+                    f"source:{runner.name}",
+                    runner.run,
+                    what=f"{runner.name}: rack source",
+                )
                 self._imported.pop(runner.name, None)
 
     def _import(self) -> set[str]:

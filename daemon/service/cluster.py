@@ -89,11 +89,11 @@ async def run_fleet(fleet: Fleet, leader: RackLeader | None = None) -> None:
     """The scheduler reads, the etcd agent and the rack leader, until cancelled."""
     async with asyncio.TaskGroup() as tg:
         if leader is not None:
-            run_in(tg, "rack-leader", leader.run)
+            run_in(tg, "rack-leader", leader.run, what=f"{fleet.node}: rack leader")
         if fleet.scheduler is not None:
-            run_in(tg, "cluster-view", fleet.scheduler.run)
+            run_in(tg, "cluster-view", fleet.scheduler.run, what=f"{fleet.node}: cluster view")
         if fleet.etcd is not None:
-            run_in(tg, "etcd", fleet.etcd.run)
+            run_in(tg, "etcd", fleet.etcd.run, what=f"{fleet.node}: etcd agent")
 
 
 class FleetCollector:

@@ -37,7 +37,11 @@ class SourceSet:
     def _start(self, runner: SourceRunner) -> None:
         if self._tg is not None and not self.skip(runner):
             self._tasks[runner.name] = run_in(
-                self._tg, f"source:{runner.name}", runner.run, restart_s=runner.timing.interval_s
+                self._tg,
+                f"source:{runner.name}",
+                runner.run,
+                what=f"{runner.name}: source runner",
+                restart_s=runner.timing.interval_s,
             )
 
     async def swap(

@@ -104,8 +104,8 @@ async def test_a_loop_ended_by_a_cancellation_no_one_asked_for_is_restarted(
         await wait_until(lambda: receiver.node_state.get("gpu-node-07") == "drained", timeout=5)
     assert sink.strayed
     restarts = [r for r in caplog.records if "no one asked for" in r.getMessage()]
-    assert [(r.levelno, r.getMessage().split(":")[0]) for r in restarts] == [
-        (logging.ERROR, "delivery")
+    assert [(r.levelno, r.getMessage().split(" ended by ")[0]) for r in restarts] == [
+        (logging.ERROR, "gpu-node-07: delivery loop")
     ]
 
 

@@ -45,7 +45,7 @@ async def test_a_loop_ended_by_a_cancellation_no_one_asked_for_is_restarted(
     assert loop.starts == [0.0, 2.0, 4.0]  # restarted twice, each after restart_s
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == [
-        "delivery: ended by a cancellation no one asked for (a library's bug); restarting it in 2s"
+        "delivery ended by a cancellation no one asked for (a library's bug); restarting it in 2s"
     ] * 2
     service.cancel()  # the daemon stopping: not restarted
     await asyncio.gather(service, return_exceptions=True)
@@ -82,5 +82,5 @@ async def test_a_loop_that_returns_ends_its_task_group_loudly() -> None:
             run_in(tg, "policy", other)
     (err,) = raised.value.exceptions
     assert isinstance(err, LoopEnded)
-    assert str(err) == "power-cap: returned, but it runs until the daemon stops"
+    assert str(err) == "power-cap returned, but it runs until the daemon stops"
     assert len(loop.starts) == 1

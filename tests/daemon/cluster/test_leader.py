@@ -185,4 +185,4 @@ async def test_a_rack_source_ended_by_a_cancellation_no_one_asked_for_is_restart
         assert all(not t.done() for t in member.tasks)
     restarts = [r for r in caplog.records if "no one asked for" in r.getMessage()]
     assert [r.levelno for r in restarts] == [logging.ERROR]
-    assert restarts[0].getMessage().startswith("source:pdu: ended by a cancellation")
+    assert restarts[0].getMessage().startswith("pdu: rack source ended by a cancellation")
