@@ -171,7 +171,13 @@ class NodeWatch:
         if task is None or not task.done():
             return  # never started, or stopped by us
         err = None if task.cancelled() else task.exception()
-        why = f"by an error: {err!r}" if err else "by a cancellation no one asked for"
+        why = (
+            "by a cancellation no one asked for"
+            if task.cancelled()
+            else f"by an error: {err!r}"
+            if err
+            else "(returned)"
+        )
         log.error("node watch: ended %s; starting it again", why, exc_info=err)
 
     async def stop(self) -> None:

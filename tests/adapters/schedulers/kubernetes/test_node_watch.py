@@ -349,25 +349,34 @@ async def test_watch_cost_measured_on_the_fakes_node_objects(images: int, token_
     print("\n" + "\n".join(rows))
 
 
-async def test_a_watch_ended_by_a_cancellation_no_one_asked_for_is_said_and_started_again(
-    api: FakeKubeApi, sink: KubernetesSink, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("ending", "said"),
+    [
+        (CancelledWithResult(), "by a cancellation no one asked for"),  # the HTTP client's own
+        (RuntimeError("a bug"), "by an error: RuntimeError('a bug')"),
+    ],
+)
+async def test_a_watch_that_ended_by_itself_is_said_and_started_again(
+    api: FakeKubeApi,
+    sink: KubernetesSink,
+    caplog: pytest.LogCaptureFixture,
+    ending: BaseException,
+    said: str,
 ) -> None:
     w = await following(sink)
     ended = w._task
     resume = w._watch_once
 
-    async def stray() -> bool:
+    async def end() -> bool:
         w._watch_once = resume  # type: ignore[method-assign]
-        raise CancelledWithResult()  # as the HTTP client may, with no one cancelling
+        raise ending
 
-    w._watch_once = stray  # type: ignore[method-assign]
-    api.drop_watches()  # the stream ends; the next one meets the library's cancellation
+    w._watch_once = end  # type: ignore[method-assign]
+    api.drop_watches()  # the stream ends; the next one ends the task
     await wait_until(lambda: ended is not None and ended.done(), what="the watch task ended")
     sink.follow(True)  # the view's next pass
-    (said,) = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert said.getMessage() == (
-        "node watch: ended by a cancellation no one asked for; starting it again"
-    )
+    (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert error.getMessage() == f"node watch: ended {said}; starting it again"
     api.edit_node("gpu04", {"spec": {"unschedulable": True}})
     await wait_until(lambda: w.nodes["gpu04"].view.drained, what="watched again")
     assert w.lists == 1  # resumed from its version
