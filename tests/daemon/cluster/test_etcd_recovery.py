@@ -328,7 +328,7 @@ async def test_etcd_session_task_ended_by_a_library_cancellation_reconnects(
         agent.submit(stray)
         # Before: the side-job task was dropped by its TaskGroup without a word, and the
         # agent read as up while no side job (trips, causes, evidence) ever ran again.
-        await wait_until(lambda: agent.failures == 1, timeout=5, what="the session ended")
+        await wait_until(lambda: agent.failures >= 1, timeout=5, what="the session ended")
         await wait_until(lambda: agent.up, timeout=5, what="reconnected")
         agent.submit(later)
         await wait_until(lambda: ran == ["later"], timeout=5, what="side jobs run again")

@@ -133,10 +133,12 @@ async def test_a_claim_whose_reply_races_its_time_limit_goes_ahead_degraded(
 async def test_a_goodbye_whose_reply_races_its_time_limit_still_closes(
     etcd_server: EtcdServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with fleet_agent(etcd_server.url, "a1", "a", prefix) as gate:
+    # A TTL the test never reaches: the agent's own keepalive never gives the lease back.
+    async with fleet_agent(etcd_server.url, "a1", "a", prefix, ttl=60) as gate:
         agent = gate.etcd
         assert agent is not None
         await agent.hold_lease()
+        assert agent.up  # so close() revokes
         monkeypatch.setattr(agent.etcd, "revoke", reply_racing_the_time_limit)
         # Before: the library's CancelledError left close() (and the daemon's stop) there.
         await agent.close()
