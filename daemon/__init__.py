@@ -3,7 +3,7 @@
 Imports inside daemon/ go one way, down these layers (tests/daemon/test_layers.py
 walks them): a module may import its own layer and the ones below, never above.
 
-0. poller, clock, version, deploy: no daemon imports
+0. poller, loops, clock, version, deploy: no daemon imports
 1. config: the TOML, checked
 2. delivery: the outbox and what reads or writes through it
 3. cluster: the scheduler view, etcd, the rack leader, the fleet
@@ -16,6 +16,7 @@ walks them): a module may import its own layer and the ones below, never above.
 
 LAYERS: dict[str, int] = {
     "poller": 0,
+    "loops": 0,
     "clock": 0,
     "version": 0,
     "deploy": 0,

@@ -14,7 +14,7 @@ import random
 import signal
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from adapters.errors import SourceError, SourceSetupError
 from adapters.schedulers.backend import Backend
 from adapters.schedulers.base import ReadableSink
 from adapters.schedulers.kubernetes.client import KubeAuthError
+from adapters.timeouts import time_limit
 from daemon.config import Config, config_notes, read_secret
 from daemon.config.outbox_path import outbox_location
 from daemon.config.policy import policy_settings
@@ -46,6 +47,7 @@ from daemon.http.power_cap_metrics import PowerCapCollector
 from daemon.http.power_caps import NodePowerCaps
 from daemon.http.steering import SteeringCollector
 from daemon.http.view import ServiceView
+from daemon.loops import run_in
 from daemon.replay.recorder import TraceRecorder
 from daemon.service.build import build_adapters, first_connect
 from daemon.service.cluster import FleetCollector, build_fleet, build_leader, run_fleet
@@ -393,33 +395,35 @@ class Daemon:
                     self.sources.start(tg)
                     if self._reload_pending:
                         tg.create_task(self.reload(), name="reload")
-                    tg.create_task(
-                        self.engine.run(self.config.policy.evaluate_interval_s), name="policy"
-                    )
-                    tg.create_task(self.deliverer.run(), name="delivery")
-                    tg.create_task(self.deliverer.watch(), name="delivery-watch")
-                    tg.create_task(self.decisions.run(), name="storage")
+                    node = self.config.node.name
+
+                    def forever(name: str, loop: Callable[[], Awaitable[None]]) -> None:
+                        run_in(tg, name, loop, what=f"{node}: {name} loop")
+
+                    interval = self.config.policy.evaluate_interval_s
+                    forever("policy", lambda: self.engine.run(interval))
+                    forever("delivery", self.deliverer.run)
+                    forever("delivery-watch", self.deliverer.watch)
+                    forever("storage", self.decisions.run)
                     if self.fleet is not None:
-                        tg.create_task(run_fleet(self.fleet, self.leader), name="fleet")
+                        fleet, leader = self.fleet, self.leader
+                        forever("fleet", lambda: run_fleet(fleet, leader))
                     if self.reconciler is not None:
-                        tg.create_task(self.reconciler.run(), name="reconcile")
+                        forever("reconcile", self.reconciler.run)
                     tg.create_task(self.status.mark_ready(lambda: self.runners), name="ready")
-                    tg.create_task(self.status.report(), name="status")
+                    forever("status", self.status.report)
                     if self.notices is not None:
-                        tg.create_task(self.notices.run(), name="job-notices")
-                    tg.create_task(self._publish_assessments(), name="assessments")
+                        forever("job-notices", self.notices.run)
+                    forever("assessments", self._publish_assessments)
                     if self.steering is not None:
-                        tg.create_task(self.steering.run(), name="steering")
+                        forever("steering", self.steering.run)
                     if self.power_caps is not None:
                         await self.power_caps.load()
-                        tg.create_task(
-                            self.power_caps.run(self.config.policy.evaluate_interval_s),
-                            name="power-cap",
-                        )
+                        caps = self.power_caps
+                        forever("power-cap", lambda: caps.run(interval))
                     if self.notifier.watchdog_s:
-                        tg.create_task(
-                            self.status.watchdog(self.notifier.watchdog_s), name="watchdog"
-                        )
+                        watchdog_s = self.notifier.watchdog_s
+                        forever("watchdog", lambda: self.status.watchdog(watchdog_s))
                     tg.create_task(self._wait_stop(), name="stop")
             except* _Shutdown:
                 pass
@@ -471,7 +475,7 @@ class Daemon:
                 ", ".join(f"{p.decision.node} {p.decision.action}" for p in pending),
             )
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(STOP_GRACE_S):
+            async with time_limit(STOP_GRACE_S):
                 await api.cleanup()
                 if self.fleet is not None and self.fleet.etcd is not None:
                     await self.fleet.etcd.close()

@@ -32,6 +32,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
+from adapters.timeouts import time_limit
 from daemon.cluster.claims import Claims
 from daemon.cluster.etcd import (
     EtcdClient,
@@ -45,6 +46,7 @@ from daemon.cluster.etcd import (
     ranges,
 )
 from daemon.cluster.etcd_values import Values
+from daemon.loops import stop_requested
 from daemon.poller import Backoff
 
 log = logging.getLogger(__name__)
@@ -246,16 +248,32 @@ class EtcdAgent:
                 failures = 0
                 self._live = True
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self._keepalive())
+                    tg.create_task(self._part("keepalive", self._keepalive()))
                     for i, span in enumerate(spans):
-                        tg.create_task(self._watch(i, span, revision + 1))
-                    tg.create_task(self._work())
+                        tg.create_task(self._part("watch", self._watch(i, span, revision + 1)))
+                    tg.create_task(self._part("side jobs", self._work()))
             except* EtcdError as group:
                 self.mark_down(group.exceptions[0])
             finally:
                 self._live = False
             failures += 1
             await asyncio.sleep(RECONNECT.delay_s(failures, self._rng))
+
+    async def _part(self, name: str, part: Awaitable[None]) -> None:
+        """One task of the session: it lasts as long as the session, or ends it.
+
+        The TaskGroup would drop a task that returned or was ended by a library's
+        CancelledError nobody asked for (see daemon/loops.py), and the agent would
+        go on with no keepalive, watch or side jobs while it reads as up.
+        """
+        try:
+            await part
+        except asyncio.CancelledError as err:
+            if stop_requested():
+                raise
+            log.error("%s: etcd %s ended by a cancellation no one asked for", self.node, name)
+            raise EtcdUnavailable(f"{name} ended by a cancellation no one asked for") from err
+        raise EtcdUnavailable(f"{name} ended")
 
     async def _keepalive(self) -> None:
         """Refresh the lease while one is held; otherwise ask etcd only when it has been quiet."""
@@ -381,6 +399,6 @@ class EtcdAgent:
         """Give the lease back (our slots and causes go at once) and close the client."""
         if self.claims.lease and self.up:
             with contextlib.suppress(EtcdError, TimeoutError):
-                async with asyncio.timeout(1.0):
+                async with time_limit(1.0):
                     await self.etcd.revoke(self.claims.lease)
         await self.etcd.close()

@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from msgspec import UNSET
 
+from adapters.timeouts import time_limit
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.claims import Budgets, Grant
 from daemon.cluster.etcd import EtcdError
@@ -245,7 +246,7 @@ class Fleet:
             return ""  # degraded: the policy already gated on the scheduler view
         b = self.budgets(self._settings())
         try:
-            async with asyncio.timeout(self.claim_timeout_s):
+            async with time_limit(self.claim_timeout_s):
                 if d.action is Action.DRAIN:
                     lead = rack_wide and not outcome.following
                     cause = d.domain.value if lead else ""

@@ -34,6 +34,7 @@ import msgspec
 from daemon.cluster.agent import EtcdAgent
 from daemon.cluster.etcd import EtcdError
 from daemon.cluster.etcd_values import Evidence, PublishedReading
+from daemon.loops import run_in
 from daemon.poller import Poller
 from policies.model import Quality, Reading, SensorKind
 
@@ -69,6 +70,7 @@ class RackLeader:
         self._feed = feed
         self.leading = False
         self._tasks: dict[RackSource, asyncio.Task[None]] = {}
+        self._tg: asyncio.TaskGroup | None = None  # while running: the rack sources' tasks
         self._imported: dict[str, int] = {}  # source -> mod_revision fed
         self._following: tuple[str, int] = ("", 0)  # (leader, its lease) followed now
         self._following_since = 0.0  # monotonic
@@ -114,11 +116,12 @@ class RackLeader:
     async def run(self) -> None:
         """Elect, start or stop the rack sources, import the leader's readings; until cancelled."""
         try:
-            await self.poller.run()
+            async with asyncio.TaskGroup() as tg:  # the rack sources: ended with it
+                self._tg = tg
+                await self.poller.run()
         finally:
-            stopping = list(self._tasks.values())
-            self._sync([])
-            await asyncio.gather(*stopping, return_exceptions=True)
+            self._tg = None
+            self._tasks.clear()
 
     async def _pass(self) -> None:
         await self._elect()
@@ -143,9 +146,12 @@ class RackLeader:
         for runner in [r for r in self._tasks if r not in wanted]:
             self._tasks.pop(runner).cancel()
         for runner in wanted:
-            if runner not in self._tasks:
-                self._tasks[runner] = asyncio.create_task(
-                    runner.run(), name=f"source:{runner.name}"
+            if runner not in self._tasks and self._tg is not None:
+                self._tasks[runner] = run_in(
+                    self._tg,
+                    f"source:{runner.name}",
+                    runner.run,
+                    what=f"{runner.name}: rack source",
                 )
                 self._imported.pop(runner.name, None)
 

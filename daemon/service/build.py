@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from adapters.base import SensorAdapter
+from adapters.errors import SourceUnavailable
 from adapters.timeouts import time_limit
 from daemon.config import Config, SourceConfig
+from daemon.loops import stop_requested
 from daemon.service.sources import build_adapter
 
 # A first connect may take longer than a poll (an OPC-UA session, NVML's init).
@@ -26,9 +29,19 @@ def build_adapters(
 
 
 async def first_connect(adapter: SensorAdapter, cfg: SourceConfig) -> None:
-    """Connect once and close again; raises what connect() raised, or TimeoutError."""
+    """Connect once and close again; raises what connect() raised, or TimeoutError.
+
+    A library's CancelledError that no one asked for is SourceUnavailable: it would
+    end a reload without a word (neither applied nor refused), or the daemon's start.
+    """
     try:
         async with time_limit(max(cfg.timeout_s, FIRST_CONNECT_MIN_S)):
             await adapter.connect()
+    except asyncio.CancelledError as err:
+        if stop_requested():
+            raise
+        raise SourceUnavailable(
+            f"{adapter.name}: connect ended by a cancellation no one asked for"
+        ) from err
     finally:
         await adapter.close()

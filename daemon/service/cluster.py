@@ -16,6 +16,7 @@ from daemon.cluster.leader import Feed, RackLeader
 from daemon.cluster.scheduler_view import SchedulerView
 from daemon.cluster.shared_view import SharedView
 from daemon.config import Config
+from daemon.loops import run_in
 from daemon.service.engine import PolicyEngine
 from daemon.service.runner import SourceRunner
 
@@ -88,11 +89,11 @@ async def run_fleet(fleet: Fleet, leader: RackLeader | None = None) -> None:
     """The scheduler reads, the etcd agent and the rack leader, until cancelled."""
     async with asyncio.TaskGroup() as tg:
         if leader is not None:
-            tg.create_task(leader.run(), name="rack-leader")
+            run_in(tg, "rack-leader", leader.run, what=f"{fleet.node}: rack leader")
         if fleet.scheduler is not None:
-            tg.create_task(fleet.scheduler.run(), name="cluster-view")
+            run_in(tg, "cluster-view", fleet.scheduler.run, what=f"{fleet.node}: cluster view")
         if fleet.etcd is not None:
-            tg.create_task(fleet.etcd.run(), name="etcd")
+            run_in(tg, "etcd", fleet.etcd.run, what=f"{fleet.node}: etcd agent")
 
 
 class FleetCollector:

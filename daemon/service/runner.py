@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from adapters.base import SensorAdapter
 from adapters.errors import SourceAuthError, SourceError, SourceSetupError
+from adapters.timeouts import time_limit
 from daemon.config.sources import SourceTiming
 from daemon.poller import Backoff, Health, Poller, PollStats
 from policies.model import Reading
@@ -146,6 +147,9 @@ class SourceRunner:
 
     async def _close(self) -> None:
         try:
-            await asyncio.wait_for(self.adapter.close(), timeout=1.0)
+            # Not wait_for: on 3.11 it returns close()'s result when a stop lands in the
+            # same turn, and the stop is lost (the runner polls on; a reload waits forever).
+            async with time_limit(1.0):
+                await self.adapter.close()
         except (TimeoutError, SourceError, OSError) as err:
             log.debug("%s: close failed: %s", self.name, err)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from daemon.loops import run_in
 from daemon.service.runner import SourceRunner
 from daemon.service.state import StateStore
 
@@ -35,33 +36,13 @@ class SourceSet:
 
     def _start(self, runner: SourceRunner) -> None:
         if self._tg is not None and not self.skip(runner):
-            self._tasks[runner.name] = self._tg.create_task(
-                self._run(runner), name=f"source:{runner.name}"
+            self._tasks[runner.name] = run_in(
+                self._tg,
+                f"source:{runner.name}",
+                runner.run,
+                what=f"{runner.name}: source runner",
+                restart_s=runner.timing.interval_s,
             )
-
-    async def _run(self, runner: SourceRunner) -> None:
-        """Run ``runner``; restart it after a cancellation nobody asked for.
-
-        A library may raise its own CancelledError where no one cancelled us (as
-        asyncua's wait_for2 did past asyncio.timeout). Ended by that, a runner's task
-        would vanish from the TaskGroup without a word and its source would never be
-        polled again, while its health still read as before.
-        """
-        while True:
-            try:
-                await runner.run()
-                return
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is None or task.cancelling():
-                    raise  # a stop or a reload: asked for
-                log.error(
-                    "%s: source runner ended by a cancellation no one asked for (a library's"
-                    " bug); restarting it in %gs",
-                    runner.name,
-                    runner.timing.interval_s,
-                )
-            await asyncio.sleep(runner.timing.interval_s)
 
     async def swap(
         self, stop: set[str], keep_series: set[str], fresh: Iterable[SourceRunner]

@@ -7,17 +7,7 @@ import asyncio
 import pytest
 
 from adapters.timeouts import time_limit
-
-
-class CancelledWithResult(asyncio.CancelledError):
-    """What wait_for2 (under asyncua) raises when a reply races the cancel."""
-
-
-async def reply_racing_the_cancel(seconds: float = 10.0) -> None:
-    try:
-        await asyncio.sleep(seconds)
-    except asyncio.CancelledError:
-        raise CancelledWithResult("reply arrived with the cancel") from None
+from tests.support.stray_cancel import CancelledWithResult, reply_racing_the_cancel
 
 
 async def test_plain_asyncio_timeout_lets_the_subclass_pass_as_a_cancellation() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -16,13 +17,22 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from adapters.schedulers.webhook.sink import WebhookSink
+from daemon.delivery.outbox import DecisionStore
 from daemon.service.runner import Health
 from fakes.nvml import FakeNvml, fake_node
 from fakes.scheduler import FakeWebhookScheduler
-from tests.support.daemon_harness import SIMULATED_RACKGUARD, config_text, running_daemon
+from policies.model import Decision
+from tests.support.daemon_harness import (
+    SIMULATED_RACKGUARD,
+    config_text,
+    running,
+    running_daemon,
+)
 from tests.support.paths import ROOT
 from tests.support.secrets import WEBHOOK_SECRET as SECRET
 from tests.support.secrets import write_secret
+from tests.support.stray_cancel import CancelledWithResult, reply_racing_the_cancel
 from tests.support.wait import wait_until, wait_until_sync
 
 
@@ -66,6 +76,56 @@ async def test_hot_gpu_is_drained_then_resumed_and_api_shows_state(
             nvml.gpus[5].temperature_c = 60.0
             await wait_until(lambda: receiver.node_state.get("gpu-node-07") == "idle")
             assert [r.payload["action"] for r in receiver.received] == ["drain", "resume"]
+
+
+class StrayCancelSink(WebhookSink):
+    """Its first delivery ends in a client library's own CancelledError; the rest go through."""
+
+    strayed = False
+
+    async def deliver(self, decision: Decision) -> None:
+        if not self.strayed:
+            self.strayed = True
+            raise CancelledWithResult()
+        await super().deliver(decision)
+
+
+async def test_a_loop_ended_by_a_cancellation_no_one_asked_for_is_restarted(
+    receiver: FakeWebhookScheduler, secret: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    nvml = fake_node()
+    for g in nvml.gpus:
+        g.temperature_c = 60.0
+    sink = StrayCancelSink(receiver.url, SECRET)
+    async with running(config_text(receiver.url, secret), nvml, sink=sink):
+        nvml.gpus[5].temperature_c = 87.0
+        # Before: the delivery task ended, its TaskGroup dropped it without a word, and
+        # the drain (and every decision after it) stayed undelivered while /healthz said ok.
+        await wait_until(lambda: receiver.node_state.get("gpu-node-07") == "drained", timeout=5)
+    assert sink.strayed
+    restarts = [r for r in caplog.records if "no one asked for" in r.getMessage()]
+    assert [(r.levelno, r.getMessage().split(" ended by ")[0]) for r in restarts] == [
+        (logging.ERROR, "gpu-node-07: delivery loop")
+    ]
+
+
+class HangingCloseSink(WebhookSink):
+    """Its close() hangs, and ends in a client library's CancelledError when given up on."""
+
+    async def close(self) -> None:
+        await reply_racing_the_cancel(3600)
+
+
+async def test_a_stop_past_its_grace_still_closes_the_outbox(
+    receiver: FakeWebhookScheduler, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("daemon.app.STOP_GRACE_S", 0.2)
+    sink = HangingCloseSink(receiver.url, SECRET)
+    # Before: the library's CancelledError at the grace limit ended the stop there,
+    # the outbox left open and its lock held, the process ending with a traceback.
+    async with running(config_text(receiver.url, secret), fake_node(), sink=sink) as daemon:
+        pass
+    DecisionStore(daemon.decisions.path).close()  # the lock is free: a next start can open it
 
 
 async def test_bad_sensor_becomes_bad_reading_never_a_decision(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pytest
 
 from daemon.poller import Backoff, Health, Poller, capped_backoff
+from tests.support.stray_cancel import reply_racing_the_cancel
 from tests.support.virtual_time import virtual_time
 
 
@@ -254,24 +255,14 @@ async def test_a_success_that_gives_nothing_of_use_is_degraded_once() -> None:
     assert poller.stats.failures == 0
 
 
-class CancelledWithResult(asyncio.CancelledError):
-    """What asyncua's wait_for2 raises when a reply races the poller's timeout."""
-
-
 @virtual_time
 async def test_a_library_cancellation_at_the_timeout_is_a_failed_attempt() -> None:
-    async def reply_racing_the_timeout() -> None:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            raise CancelledWithResult() from None
-
     calls: list[float] = []
 
     async def update() -> None:
         calls.append(asyncio.get_running_loop().time())
         if len(calls) == 1:
-            await reply_racing_the_timeout()
+            await reply_racing_the_cancel()
 
     poller = Poller("cdu", update, interval_s=1.0, timeout_s=0.5, backoff=Backoff(1.0, 1.0))
     task = asyncio.create_task(poller.run())

@@ -158,11 +158,27 @@ class NodeWatch:
     def follow(self, on: bool) -> None:
         """Start (or stop) keeping the list by watch; stopping drops the cache."""
         if on and not self.following:
+            self._ended()
             self._task = asyncio.get_running_loop().create_task(self.run(), name="node-watch")
         elif not on and self._task is not None:
             self._task.cancel()
             self._task = None
             self._forget()
+
+    def _ended(self) -> None:
+        """Say why a watch that runs until stopped ended by itself (a bug, or a library's)."""
+        task = self._task
+        if task is None or not task.done():
+            return  # never started, or stopped by us
+        err = None if task.cancelled() else task.exception()
+        why = (
+            "by a cancellation no one asked for"
+            if task.cancelled()
+            else f"by an error: {err!r}"
+            if err
+            else "(returned)"
+        )
+        log.error("node watch: ended %s; starting it again", why, exc_info=err)
 
     async def stop(self) -> None:
         """Stop the watch and wait for it."""
@@ -192,7 +208,9 @@ class NodeWatch:
         """The nodes as of the last event; NodeReadError before the first list or when stale."""
         if not self.synced.is_set():
             try:
-                await asyncio.wait_for(self.synced.wait(), wait_s)
+                # Not wait_for: on 3.11 it drops a stop that lands as the list arrives.
+                async with asyncio.timeout(wait_s):
+                    await self.synced.wait()
             except TimeoutError:
                 raise NodeReadError(
                     f"node watch: no list yet: {self.last_error or 'waiting for the API server'}"

@@ -241,3 +241,20 @@ async def test_fault_proxy_in_front_of_an_agent(pdu: SimulatedPdu) -> None:
     finally:
         await adapter.close()
         await proxy.stop()
+
+
+async def stopped_while_closing(adapter: SnmpAdapter) -> bool:
+    """Connect and read, then cancel close() as it waits: whether the cancel went on."""
+    await adapter.connect()
+    await adapter.read()
+    closing = asyncio.create_task(adapter.close())
+    await asyncio.sleep(0)  # close() now waits for the dispatcher's timer task to end
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+    await adapter.close()  # closed all the same: idempotent
+    return closing.cancelled()
+
+
+async def test_a_stop_while_closing_is_not_swallowed(pdu: SimulatedPdu) -> None:
+    # Before: close() returned as if no one had asked, and its caller carried on.
+    assert await stopped_while_closing(_adapter(pdu))

@@ -17,6 +17,7 @@ from fakes.sim import RackSimulator, load_scenario
 from fakes.snmp_agent import sentry4_values
 from fakes.snmpd import NetSnmpd, override_lines
 from policies.model import Quality, SensorKind
+from tests.adapters.sensors.test_snmp_faults import stopped_while_closing
 from tests.support.secrets import write_secret
 
 USERS = {
@@ -90,6 +91,10 @@ async def test_snmpv3_users_read_the_pdu(
     raw_probe = snapshot_values[(1, 3, 6, 1, 4, 1, 1718, 4, 1, 9, 3, 1, 1, 1, 1)]
     assert isinstance(raw_probe, int)
     assert probe.value == pytest.approx(raw_probe / 10)
+
+
+async def test_snmpv3_a_stop_while_closing_is_not_swallowed(snmpd: NetSnmpd) -> None:
+    assert await stopped_while_closing(_v3(snmpd, "rgsha"))
 
 
 async def test_wrong_auth_key_is_an_auth_error(snmpd: NetSnmpd) -> None:

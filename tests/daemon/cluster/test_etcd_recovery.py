@@ -28,6 +28,7 @@ from policies.model import Action, FaultDomain
 from policies.safety import ClusterView
 from tests.daemon.cluster.test_fleet import fleet_agent, outcome
 from tests.daemon.cluster.test_leader import TTL_S, Member, rack
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.wait import wait_until
 
 PREFIX = "/rg/"
@@ -309,3 +310,27 @@ async def test_etcd_recovers_a_watcher_without_a_lease_from_a_stall(etcd: EtcdSe
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await agent.close()
+
+
+async def test_etcd_session_task_ended_by_a_library_cancellation_reconnects(
+    etcd_server: EtcdServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with fleet_agent(etcd_server.url, "a1", "a", prefix) as fleet:
+        agent = agent_of(fleet)
+        ran: list[str] = []
+
+        async def stray() -> None:
+            raise CancelledWithResult()  # as a client library may, with no one cancelling
+
+        async def later() -> None:
+            ran.append("later")
+
+        agent.submit(stray)
+        # Before: the side-job task was dropped by its TaskGroup without a word, and the
+        # agent read as up while no side job (trips, causes, evidence) ever ran again.
+        await wait_until(lambda: agent.failures >= 1, timeout=5, what="the session ended")
+        await wait_until(lambda: agent.up, timeout=5, what="reconnected")
+        agent.submit(later)
+        await wait_until(lambda: ran == ["later"], timeout=5, what="side jobs run again")
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["a1: etcd side jobs ended by a cancellation no one asked for"]

@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import NoReturn
 
 import orjson
 import pytest
@@ -35,6 +36,7 @@ from policies.power_cap import CapLadder, CapSettings, CapState
 from policies.rules import NodeState
 from policies.safety import BreakerState, ClusterView
 from policies.settings import PolicySettings
+from tests.support.stray_cancel import reply_racing_the_cancel
 from tests.support.wait import wait_until
 
 SETTINGS = PolicySettings(cluster_budget_nodes=1, cluster_budget_pct=0.0)
@@ -107,6 +109,40 @@ async def test_a_rack_wide_drain_is_seen_by_the_rack_at_once(
             what="the cause gone from the peer's view",
         )
         assert peer.claims_refused == 1 and lead.claims_granted == 2
+
+
+async def reply_racing_the_time_limit(*args: object) -> NoReturn:
+    """A call whose reply lands as its time limit cancels it: a client library's own kind."""
+    await reply_racing_the_cancel()
+    raise AssertionError("not cancelled")
+
+
+async def test_a_claim_whose_reply_races_its_time_limit_goes_ahead_degraded(
+    etcd_server: EtcdServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with fleet_agent(etcd_server.url, "a1", "a", prefix) as gate:
+        agent = gate.etcd
+        assert agent is not None
+
+        monkeypatch.setattr(agent.claims, "claim_drain", reply_racing_the_time_limit)
+        # Before: the library's CancelledError went up through the policy's evaluation.
+        assert await gate.admit(outcome("a1", Action.DRAIN, FaultDomain.GPU)) == ""
+        assert agent.failures == 1 and not agent.up
+
+
+async def test_a_goodbye_whose_reply_races_its_time_limit_still_closes(
+    etcd_server: EtcdServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TTL the test never reaches: the agent's own keepalive never gives the lease back.
+    async with fleet_agent(etcd_server.url, "a1", "a", prefix, ttl=60) as gate:
+        agent = gate.etcd
+        assert agent is not None
+        await agent.hold_lease()
+        assert agent.up  # so close() revokes
+        monkeypatch.setattr(agent.etcd, "revoke", reply_racing_the_time_limit)
+        # Before: the library's CancelledError left close() (and the daemon's stop) there.
+        await agent.close()
+        assert agent.etcd._session is None  # the HTTP session closed all the same
 
 
 async def test_the_breaker_is_fleet_wide_and_one_reset_closes_it(

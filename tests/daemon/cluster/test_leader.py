@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from daemon.config.sources import SourceTiming
 from daemon.service.runner import SourceRunner
 from fakes.etcd_server import EtcdServer
 from policies.model import Quality, Reading, SensorKind
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.wait import wait_until
 
 TTL_S = 3
@@ -86,11 +88,13 @@ class Member:
 
 
 @contextlib.asynccontextmanager
-async def rack(url: str, prefix: str, nodes: Sequence[str]) -> AsyncIterator[list[Member]]:
+async def rack(
+    url: str, prefix: str, nodes: Sequence[str], pdu_type: type[CountingPdu] = CountingPdu
+) -> AsyncIterator[list[Member]]:
     members = []
     for node in nodes:
         agent = EtcdAgent(EtcdClient([url], timeout_s=0.5), node, prefix=prefix, lease_ttl_s=TTL_S)
-        pdu = CountingPdu()
+        pdu = pdu_type()
         sink = Sink()
         runner = SourceRunner(pdu, SourceTiming(0.1, 0.08, 0.1, 0.2, 3), sink)
         leader = RackLeader(agent, "a", [runner].copy, sink)
@@ -160,3 +164,25 @@ async def test_without_etcd_every_agent_polls_its_own(prefix: str) -> None:
             lambda: all(m.pdu.polls >= 2 for m in members), timeout=10, what="each polls"
         )
         assert not any(m.leader.leading for m in members)
+
+
+class StrayCancelPdu(CountingPdu):
+    """Its second poll ends in a library's CancelledError, as asyncua's can."""
+
+    async def read(self) -> Sequence[Reading]:
+        readings = await super().read()
+        if self.polls == 2:
+            raise CancelledWithResult()
+        return readings
+
+
+async def test_a_rack_source_ended_by_a_cancellation_no_one_asked_for_is_restarted(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # etcd away: the agent runs its rack source itself, through the leader.
+    async with rack("http://127.0.0.1:9", prefix, ("b1",), StrayCancelPdu) as (member,):
+        await wait_until(lambda: member.pdu.polls >= 6, timeout=10, what="polls past it")
+        assert all(not t.done() for t in member.tasks)
+    restarts = [r for r in caplog.records if "no one asked for" in r.getMessage()]
+    assert [r.levelno for r in restarts] == [logging.ERROR]
+    assert restarts[0].getMessage().startswith("pdu: rack source ended by a cancellation")

@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from adapters.schedulers.jobs import NoticeTerms, Outcome, RunningJob
 from daemon.delivery.notices import IN_FLIGHT, JobNotices, NoticeSettings
 from daemon.delivery.outbox import DecisionStore, Status
+from daemon.loops import keep_running
 from policies.model import Action
 from tests.support.delivery import decision, notices_on
 from tests.support.faulty_disk import FlakyDisk
 from tests.support.scripted_jobs import ScriptedJobs
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.wait import wait_until
 
 FAST = NoticeSettings(
@@ -226,3 +229,41 @@ async def test_a_signal_the_scheduler_could_not_take_is_sent_on_the_retry(tmp_pa
         assert n.counts.retries == {"unreachable": 2}
     finally:
         store.close()
+
+
+class StrayCancelOnce(ScriptedJobs):
+    """The first signal ends in a client library's CancelledError, no one cancelling."""
+
+    strayed = False
+
+    async def notify(self, job: RunningJob, terms: NoticeTerms) -> tuple[Outcome, str]:
+        if not self.strayed:
+            self.strayed = True
+            raise CancelledWithResult()
+        return await super().notify(job, terms)
+
+
+async def test_a_notice_task_restarted_after_a_stray_cancellation_tells_no_job_twice(
+    tmp_path: Path,
+) -> None:
+    store = DecisionStore(tmp_path / "o.db")
+    jobs = StrayCancelOnce({"gpu01": ["11", "12"]})
+    n = JobNotices(store, jobs, NoticeSettings(checkpoint_grace_s=3600.0))
+    tasks = [  # as the daemon runs it (daemon/loops.py)
+        asyncio.create_task(keep_running("job-notices", n.run, restart_s=0.05)),
+        asyncio.create_task(store.run()),
+    ]
+    try:
+        await n.loaded.wait()
+        n.settled(decision("gpu01", Action.DRAIN), Status.CONFIRMED, "read back")
+        await wait_until(lambda: jobs.signals == ["12"], what="the other job told")
+        # Restarted, it reads its notices as after a crash: job 11's signal may have
+        # gone out, so it is in flight, never sent again.
+        notice = n.current("gpu01")
+        assert notice is not None and notice.jobs["11"].signaled == IN_FLIGHT
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        store.close()
+    assert jobs.signals == ["12"]

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -21,6 +21,7 @@ from daemon.service.runner import Health, SourceRunner
 from daemon.service.source_set import SourceSet
 from daemon.service.state import StateStore
 from policies.model import Quality, Reading, SensorKind
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.virtual_time import virtual_time
 
 
@@ -231,10 +232,6 @@ async def test_unexpected_adapter_error_is_a_failed_poll_not_a_crash(
     assert runner.health.value == "up"
 
 
-class CancelledWithResult(asyncio.CancelledError):
-    """A library's own CancelledError raised where no one cancelled (wait_for2's kind)."""
-
-
 @virtual_time
 async def test_a_runner_ended_by_a_cancellation_no_one_asked_for_is_restarted(
     caplog: pytest.LogCaptureFixture,
@@ -261,3 +258,31 @@ async def test_a_runner_ended_by_a_cancellation_no_one_asked_for_is_restarted(
     assert adapter.closes == 2  # closed when it ended, and when stopped
     restarts = [r for r in caplog.records if "no one asked for" in r.getMessage()]
     assert len(restarts) == 1 and restarts[0].levelno == logging.ERROR
+
+
+class StopRacingClose(ScriptedAdapter):
+    """Its first close() (after a failed read) ends in the very turn a stop arrives."""
+
+    def __init__(self) -> None:
+        super().__init__("pdu", [SourceUnavailable("pdu: no answer")])
+        self.stop: Callable[[], object] = lambda: None
+
+    async def close(self) -> None:
+        await super().close()
+        if self.closes == 1:
+            loop = asyncio.get_running_loop()
+            # Two turns on: after close() is done, before its waiter has run on.
+            loop.call_soon(loop.call_soon, self.stop)
+
+
+@virtual_time
+async def test_a_stop_as_a_failed_session_closes_is_not_lost() -> None:
+    adapter = StopRacingClose()
+    runner = SourceRunner(adapter, timing(0.05), lambda source, readings: None)
+    task = asyncio.create_task(runner.run())
+    adapter.stop = task.cancel
+    await asyncio.sleep(1.0)
+    # Before: wait_for (3.11) returned close()'s result and dropped the stop; the
+    # runner polled on, and a reload or a stop waited for it forever.
+    assert task.cancelled()
+    assert len(adapter.reads) == 1 and adapter.closes == 2

@@ -3,6 +3,8 @@ seen through the watch, 410 relists, bookmarks, hostile lines, dropped streams, 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from adapters.schedulers.kubernetes.watch import NodeWatch
 from adapters.schedulers.listing import ListedNode
 from fakes.kube_api import FakeKubeApi
 from policies.model import REASON_PREFIX, Action, Decision, FaultDomain, idempotency_key
+from tests.support.stray_cancel import CancelledWithResult
 from tests.support.wait import wait_until
 
 NODES = [f"gpu{i:02d}" for i in range(1, 6)]
@@ -344,3 +347,53 @@ async def test_watch_cost_measured_on_the_fakes_node_objects(images: int, token_
             f"watch per agent {n / 450:.0f} req/s {n * updates * event / 1e6:.0f} MB/s"
         )
     print("\n" + "\n".join(rows))
+
+
+@pytest.mark.parametrize(
+    ("ending", "said"),
+    [
+        (CancelledWithResult(), "by a cancellation no one asked for"),  # the HTTP client's own
+        (RuntimeError("a bug"), "by an error: RuntimeError('a bug')"),
+    ],
+)
+async def test_a_watch_that_ended_by_itself_is_said_and_started_again(
+    api: FakeKubeApi,
+    sink: KubernetesSink,
+    caplog: pytest.LogCaptureFixture,
+    ending: BaseException,
+    said: str,
+) -> None:
+    w = await following(sink)
+    ended = w._task
+    resume = w._watch_once
+
+    async def end() -> bool:
+        w._watch_once = resume  # type: ignore[method-assign]
+        raise ending
+
+    w._watch_once = end  # type: ignore[method-assign]
+    api.drop_watches()  # the stream ends; the next one ends the task
+    await wait_until(lambda: ended is not None and ended.done(), what="the watch task ended")
+    sink.follow(True)  # the view's next pass
+    (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert error.getMessage() == f"node watch: ended {said}; starting it again"
+    api.edit_node("gpu04", {"spec": {"unschedulable": True}})
+    await wait_until(lambda: w.nodes["gpu04"].view.drained, what="watched again")
+    assert w.lists == 1  # resumed from its version
+
+
+async def test_a_stop_as_the_first_list_arrives_is_not_lost(sink: KubernetesSink) -> None:
+    w = sink.watch
+
+    async def view_pass() -> None:
+        await w.current(wait_s=10)
+        await asyncio.sleep(3600)  # what the caller does next
+
+    task = asyncio.create_task(view_pass())
+    await asyncio.sleep(0)  # waiting for the first list
+    w.synced.set()  # the list arrives, and a stop in the same turn
+    asyncio.get_running_loop().call_soon(task.cancel)
+    await asyncio.sleep(0.1)
+    # Before: wait_for (3.11) returned, the stop was dropped, the caller went on.
+    assert task.cancelled()
+    w.synced.clear()
