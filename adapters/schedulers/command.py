@@ -50,7 +50,9 @@ async def run_command(
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
+        # A stop that lands while the killed child is reaped goes on (swallowed, the
+        # caller would get the TimeoutError and carry on as if never asked to stop).
+        with contextlib.suppress(Exception):
             await proc.wait()
         raise
     rc = proc.returncode if proc.returncode is not None else -1
