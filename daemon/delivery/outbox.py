@@ -377,9 +377,17 @@ class DecisionStore:
             return fut
         started = self._mono()
         self._outstanding.append(started)
-        out = loop.run_in_executor(self._executor, fn, self._db)
-        out.add_done_callback(lambda _: self._outstanding.remove(started))
-        return out
+        job = self._executor.submit(fn, self._db)
+
+        def ended(_: object) -> None:
+            # On the writer thread, once the statement is over: a read given up by its
+            # caller (query's time limit) holds the disk as long as it runs, and counts
+            # as outstanding, so a stall is still seen and said.
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._outstanding.remove, started)
+
+        job.add_done_callback(ended)
+        return asyncio.wrap_future(job, loop=loop)
 
     async def query(
         self, fn: Callable[[sqlite3.Connection], T], timeout_s: float = READ_TIMEOUT_S

@@ -17,7 +17,7 @@ from daemon.config.outbox_path import location_problem
 from daemon.delivery import database
 from daemon.delivery.database import OutboxRefused
 from daemon.delivery.deliverer import Deliverer
-from daemon.delivery.outbox import DecisionStore, Status
+from daemon.delivery.outbox import DecisionStore, Status, StorageError
 from daemon.delivery.schema import APPLICATION_ID, SCHEMA_VERSION
 from fakes.scheduler import FakeWebhookScheduler
 from policies.model import Action
@@ -181,6 +181,31 @@ async def test_a_stalled_writer_delays_decisions_not_the_event_loop(tmp_path: Pa
         disk.stall.set()
         assert await submitted
         assert store.next_ready() is not None and store.stalled_s() == 0
+    finally:
+        disk.stall.set()
+        store.close()
+
+
+async def test_a_read_given_up_on_still_counts_while_it_holds_the_disk(tmp_path: Path) -> None:
+    store = DecisionStore(tmp_path / "o.db")
+    disk = FlakyDisk(store._db)
+    store._db = disk  # type: ignore[assignment]
+    disk.stall.clear()  # the read's statement blocks, as on a frozen filesystem
+    try:
+
+        def count(db: sqlite3.Connection) -> int:
+            (n,) = db.execute("SELECT COUNT(*) FROM decisions").fetchone()
+            return int(n)
+
+        with pytest.raises(StorageError, match="busy"):
+            await store.query(count, timeout_s=0.05)
+        await asyncio.sleep(0.05)
+        # Still on the writer thread: the stall is what the outbox reports, and its
+        # storage loop waits behind it rather than probing a second time.
+        assert store.stalled_s() >= 0.05
+        disk.stall.set()
+        await wait_until(lambda: store.stalled_s() == 0, timeout=5)
+        assert await store.query(count) == 0
     finally:
         disk.stall.set()
         store.close()
