@@ -1,7 +1,8 @@
 """A time limit around a device call that always ends as TimeoutError when it runs out.
 
 ``asyncio.timeout`` turns the cancellation it caused into TimeoutError only when
-the exception's type *is* CancelledError (an identity check in CPython 3.11).
+the exception's type *is* CancelledError (an identity check in CPython 3.11
+and 3.12; 3.13 checks the subclass too).
 asyncua cancels its requests through wait_for2, which raises its subclass
 ``CancelledWithResultError`` when a reply lands in the same loop iteration as
 the cancel. That subclass slips past ``asyncio.timeout`` as a cancellation: a
