@@ -9,8 +9,8 @@ object model in code, so the demo runs on any clone. Values come from
 Fault controls: :meth:`restart` (stop and start on the same port, optionally with
 new NodeIds), :meth:`stall` (no value updates and no publish responses, while the
 connection stays up and Reads are answered), :meth:`set_status` (a Bad/Uncertain
-status code on one variable), ``slow_s`` (every Read answered that much later) and
-``refuse_subscriptions``.
+status code on one variable), ``slow_s`` (every Read answered that much later),
+``refuse_subscriptions`` and ``operation_limits`` (fakes/opcua_limits.py).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from adapters.sensors.opcua_profiles import unece_code
+from fakes.opcua_limits import OperationLimits, limit_operations
 from fakes.opcua_space import init_server
 from fakes.sim.thermal import CduSnapshot
 
@@ -205,6 +206,7 @@ class FakeCduServer:
         private_key: Path | None = None,
         users: Mapping[str, str] | None = None,
         trusted_clients: Sequence[Path] | None = None,
+        operation_limits: OperationLimits | None = None,
     ) -> None:
         if model == "auto":
             model = "tcd" if nodesets_available(nodeset_dir) else "generic"
@@ -228,6 +230,7 @@ class FakeCduServer:
         self.slow_s = 0.0
         self.refuse_subscriptions = False
         self.publishes = 0  # values written since start
+        self.operation_limits = operation_limits  # stated and enforced; requests counted
 
     @property
     def url(self) -> str:
@@ -342,6 +345,8 @@ class FakeCduServer:
         server.iserver.max_subscriptions = 1_000
         self._gate_subscriptions(server)
         server.subscribe_server_callback(CallbackType.PreRead, self._slow_read)
+        if self.operation_limits is not None:
+            await limit_operations(server, self.operation_limits)
         for key, value in self._last.items():
             await self._write(key, value, server)
         return server

@@ -46,6 +46,7 @@ from asyncua.ua.status_codes import StatusCodes
 from asyncua.ua.uaerrors import UaError, UaStatusCodeError
 
 from adapters.errors import SourceSetupError, SourceUnavailable
+from adapters.sensors.opcua_limits import OperationLimits, read_operation_limits
 from adapters.sensors.opcua_profiles import (
     UNITS_BY_UNECE,
     CduProfile,
@@ -158,8 +159,8 @@ class OpcuaAdapter:
         self._client: Client | None = None
         self._vars: list[_Var] = []
         self._polling = settings.mode == "poll"
-        self._read_params: ua.ReadParameters | None = None
-        self._read_vars: list[_Var] = []  # in the order of _read_params
+        self._read_vars: list[_Var] = []  # every variable a poll reads
+        self.limits = OperationLimits()  # the server's, read at connect; requests counted
         self._channel_opened = 0.0
         self._heard = 0.0  # monotonic time of the last publish response (data or keep-alive)
         self._lost = ""  # why the session must be rebuilt; "" while it is usable
@@ -185,8 +186,9 @@ class OpcuaAdapter:
         await self.close()
         client = await open_session(self.settings.session)
         try:
+            self.limits = await read_operation_limits(client)
             self._vars = await self._resolve(client)
-            self._read_params = self._make_read_params()
+            self._read_vars = [v for v in self._vars if v.node_id is not None and not v.fault]
             self._lost = ""
             self._polling = self.settings.mode == "poll"
             self._channel_opened = time.monotonic()
@@ -287,7 +289,12 @@ class OpcuaAdapter:
                 owners.append((i, True))
             except KeyError as err:
                 var.fault = f"namespace {err.args[0]} is not on the server"
-        results = await client.uaclient.translate_browsepaths_to_nodeids(paths)
+        results = await self.limits.call(
+            "TranslateBrowsePathsToNodeIds",
+            self.url,
+            paths,
+            client.uaclient.translate_browsepaths_to_nodeids,
+        )
         eu_nodes: dict[int, ua.NodeId] = {}
         for (i, is_eu), result in zip(owners, results, strict=True):
             good = result.StatusCode.is_good() and bool(result.Targets)
@@ -375,7 +382,7 @@ class OpcuaAdapter:
         physical = {i: n for i, n in eu_nodes.items() if _wants_units(out[i].spec)}
         stated: set[int] = set()
         if physical:
-            values = await client.uaclient.read(_read_parameters(list(physical.values())))
+            values = await self._read_nodes(client, list(physical.values()))
             for i, dv in zip(physical, values, strict=True):
                 eu = dv.Value.Value if dv.Value is not None else None
                 if (dv.StatusCode and not dv.StatusCode.is_good()) or not isinstance(
@@ -409,10 +416,13 @@ class OpcuaAdapter:
                 )
                 self._logged_default_units.add(key)
 
-    def _make_read_params(self) -> ua.ReadParameters:
-        """One Read for every resolvable variable, built once per session."""
-        self._read_vars = [v for v in self._vars if v.node_id is not None and not v.fault]
-        return _read_parameters([v.node_id for v in self._read_vars if v.node_id is not None])
+    async def _read_nodes(self, client: Client, nodes: list[ua.NodeId]) -> list[ua.DataValue]:
+        """The Value of each node, in as few Reads as the server's MaxNodesPerRead allows."""
+
+        async def send(chunk: list[ua.NodeId]) -> list[ua.DataValue]:
+            return await client.uaclient.read(_read_parameters(chunk))
+
+        return await self.limits.call("Read", self.url, nodes, send)
 
     async def _subscribe(self, client: Client) -> None:
         """One data-change subscription for all variables, seeded by one batched Read."""
@@ -453,13 +463,20 @@ class OpcuaAdapter:
         ]
         await self._poll(client)  # seed: the first read after connect has every value
         self._heard = time.monotonic()
-        results = await session.create_monitored_items(
-            ua.CreateMonitoredItemsParameters(
-                SubscriptionId=created.SubscriptionId,
-                TimestampsToReturn=ua.TimestampsToReturn.Both,
-                ItemsToCreate=[self._monitored_item(h, v, interval_ms) for h, v in items],
+
+        async def send(
+            chunk: list[ua.MonitoredItemCreateRequest],
+        ) -> list[ua.MonitoredItemCreateResult]:
+            return await session.create_monitored_items(
+                ua.CreateMonitoredItemsParameters(
+                    SubscriptionId=created.SubscriptionId,
+                    TimestampsToReturn=ua.TimestampsToReturn.Both,
+                    ItemsToCreate=chunk,
+                )
             )
-        )
+
+        requests = [self._monitored_item(h, v, interval_ms) for h, v in items]
+        results = await self.limits.call("CreateMonitoredItems", self.url, requests, send)
         for (_, var), result in zip(items, results, strict=True):
             if not result.StatusCode.is_good():
                 var.fault = f"monitored item refused ({result.StatusCode.name})"
@@ -490,11 +507,11 @@ class OpcuaAdapter:
     # --- read -----------------------------------------------------------------------
 
     async def _poll(self, client: Client) -> None:
-        """One batched Read of every variable into the cache."""
-        params = self._read_params
-        if params is None or not params.NodesToRead:
+        """Every variable read into the cache (one Read, or one per MaxNodesPerRead)."""
+        if not self._read_vars:
             return
-        values = await client.uaclient.read(params)
+        nodes = [v.node_id for v in self._read_vars if v.node_id is not None]
+        values = await self._read_nodes(client, nodes)
         for var, dv in zip(self._read_vars, values, strict=True):
             self._store(var, dv)
 
