@@ -10,7 +10,8 @@ Fault controls: :meth:`restart` (stop and start on the same port, optionally wit
 new NodeIds), :meth:`stall` (no value updates and no publish responses, while the
 connection stays up and Reads are answered), :meth:`set_status` (a Bad/Uncertain
 status code on one variable), ``slow_s`` (every Read answered that much later),
-``refuse_subscriptions`` and ``operation_limits`` (fakes/opcua_limits.py).
+``refuse_subscriptions``, ``refuse_items`` (a Bad result for some monitored items),
+``revise_keepalive_count`` and ``operation_limits`` (fakes/opcua_limits.py).
 """
 
 from __future__ import annotations
@@ -229,6 +230,8 @@ class FakeCduServer:
         self.stalled = False
         self.slow_s = 0.0
         self.refuse_subscriptions = False
+        self.refuse_items: dict[str, str] = {}  # key -> status name for its monitored item
+        self.revise_keepalive_count = 0  # > 0: the server's revised MaxKeepAliveCount
         self.publishes = 0  # values written since start
         self.operation_limits = operation_limits  # stated and enforced; requests counted
 
@@ -453,6 +456,11 @@ class FakeCduServer:
         ) -> ua.CreateSubscriptionResult:
             if self.refuse_subscriptions:
                 raise ServiceError(StatusCodes.BadTooManySubscriptions)
+            if self.revise_keepalive_count:
+                params.RequestedMaxKeepAliveCount = self.revise_keepalive_count
+                params.RequestedLifetimeCount = max(
+                    params.RequestedLifetimeCount, 3 * self.revise_keepalive_count
+                )
             gated: Callable[[int], Any] | None = None
             if request_callback is not None:
                 inner = request_callback
@@ -464,6 +472,25 @@ class FakeCduServer:
             return await create(params, callback, session_id, request_callback=gated)
 
         service.create_subscription = create_subscription  # type: ignore[method-assign]
+        create_items = service.create_monitored_items
+
+        async def create_monitored_items(
+            params: ua.CreateMonitoredItemsParameters,
+        ) -> list[ua.MonitoredItemCreateResult]:
+            refused = {self._nodes[k].nodeid: code for k, code in self.refuse_items.items()}
+            wanted = params.ItemsToCreate
+            params.ItemsToCreate = [i for i in wanted if i.ItemToMonitor.NodeId not in refused]
+            created = iter(await create_items(params) if params.ItemsToCreate else [])
+            return [
+                ua.MonitoredItemCreateResult(
+                    StatusCode=ua.StatusCode(getattr(StatusCodes, refused[i.ItemToMonitor.NodeId]))
+                )
+                if i.ItemToMonitor.NodeId in refused
+                else next(created)
+                for i in wanted
+            ]
+
+        service.create_monitored_items = create_monitored_items  # type: ignore[method-assign]
 
     async def _slow_read(self, event: ServerItemCallback, _dispatcher: Any) -> None:
         if self.slow_s > 0 and event.is_external:

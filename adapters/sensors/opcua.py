@@ -86,6 +86,9 @@ _SEVERITY_MASK = 0xC0000000
 _UNCERTAIN = 0x40000000
 _ENGINEERING_UNITS = PathElement("0", "EngineeringUnits")
 _MIN_SUBSCRIPTION_LIFETIME_S = 60.0  # the server keeps our subscription this long without us
+# A healthy subscription over steady values is silent for up to one keep-alive period
+# (publishing interval x keep-alive count); allow this much more before calling it stale.
+_KEEPALIVE_MARGIN = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,7 @@ class _Var:
     node_id: ua.NodeId | None = None
     fault: str = ""  # why the variable cannot be read at all; "" when it can
     missing: bool = False  # the server has no such variable (ABSENT, not BAD)
+    polled: bool = False  # its monitored item was refused: read by every read() instead
     unit: Unit | None = None
     value: Any = None
     status: int = StatusCodes.BadWaitingForInitialData
@@ -165,6 +169,9 @@ class OpcuaAdapter:
         self._heard = 0.0  # monotonic time of the last publish response (data or keep-alive)
         self._lost = ""  # why the session must be rebuilt; "" while it is usable
         self._refused_logged = False
+        self._stale_after_s = settings.stale_after_s  # raised to the server's revised keep-alive
+        self._said: set[str] = set()  # subscription notes already logged
+        self._subscription_notes: list[str] = []
         self._logged_missing: frozenset[str] = frozenset()
         self._logged_default_units: set[str] = set()
         self.notes: list[str] = []  # what an operator should know after connect (for probe)
@@ -186,11 +193,13 @@ class OpcuaAdapter:
         await self.close()
         client = await open_session(self.settings.session)
         try:
-            self.limits = await read_operation_limits(client)
+            self.limits = self._carry_learnt(await read_operation_limits(client))
             self._vars = await self._resolve(client)
             self._read_vars = [v for v in self._vars if v.node_id is not None and not v.fault]
             self._lost = ""
             self._polling = self.settings.mode == "poll"
+            self._stale_after_s = self.settings.stale_after_s
+            self._subscription_notes = []
             self._channel_opened = time.monotonic()
             if not self._polling:
                 await self._subscribe(client)
@@ -202,6 +211,15 @@ class OpcuaAdapter:
             raise
         self._client = client
         self._log_missing()
+        self.notes.extend(self._subscription_notes)
+
+    def _carry_learnt(self, fresh: OperationLimits) -> OperationLimits:
+        """Keep what the last session learnt from BadTooManyOperations while the server states
+        the same limits, so a reconnect costs no refused requests and logs nothing again."""
+        if fresh.stated == self.limits.stated:
+            fresh.learnt = {**self.limits.learnt, **fresh.learnt}
+        fresh.requests = self.limits.requests
+        return fresh
 
     def _log_missing(self) -> None:
         """Say once (and on change) which profile variables the server lacks, and what to do."""
@@ -234,7 +252,9 @@ class OpcuaAdapter:
                 self._channel_opened = time.monotonic()
                 self.channel_renewals += 1
             if self._polling:
-                await self._poll(client)
+                await self._poll(client, self._read_vars)
+            else:
+                await self._poll(client, [v for v in self._read_vars if v.polled])
         except (OSError, TimeoutError, UaError) as err:
             raise translate_error(self.url, "read", err) from err
         return self._readings()
@@ -461,7 +481,10 @@ class OpcuaAdapter:
             for handle, v in enumerate(self._vars)
             if v.node_id is not None and not v.fault
         ]
-        await self._poll(client)  # seed: the first read after connect has every value
+        if not self._fits_keepalive(created, interval_ms, keepalive):
+            await self._drop_subscription(client, created.SubscriptionId)
+            return
+        await self._poll(client, self._read_vars)  # seed: the first read has every value
         self._heard = time.monotonic()
 
         async def send(
@@ -477,9 +500,74 @@ class OpcuaAdapter:
 
         requests = [self._monitored_item(h, v, interval_ms) for h, v in items]
         results = await self.limits.call("CreateMonitoredItems", self.url, requests, send)
+        self._note_items(items, results, interval_ms)
+        if items and all(v.polled for _, v in items):
+            self._polling = True
+            await self._drop_subscription(client, created.SubscriptionId)
+
+    def _say(self, note: str) -> None:
+        """A note for probe, logged once per adapter (not at every reconnect)."""
+        self._subscription_notes.append(note)
+        if note not in self._said:
+            self._said.add(note)
+            log.warning("%s: %s", self.name, note)
+
+    def _fits_keepalive(
+        self, created: ua.CreateSubscriptionResult, interval_ms: float, keepalive: int
+    ) -> bool:
+        """Follow the server's revised keep-alive; False when it is too slow to tell a silent
+        server from steady values within bad_after_s (then polling is the way)."""
+        s = self.settings
+        revised_ms = created.RevisedPublishingInterval
+        if not (math.isfinite(revised_ms) and revised_ms > 0):
+            revised_ms = interval_ms
+        count = created.RevisedMaxKeepAliveCount or keepalive
+        silence_s = revised_ms / 1000.0 * count * _KEEPALIVE_MARGIN
+        asked = f"asked {interval_ms:g} ms x {keepalive}"
+        revised = f"revised the subscription to {revised_ms:g} ms x {count} keep-alive ({asked})"
+        if silence_s > s.bad_after_s:
+            self._say(
+                f"{self.url} {revised}: steady values would look silent past bad_after_s"
+                f" ({s.bad_after_s:g}s); polling with Read instead"
+            )
+            self._polling = True
+            return False
+        if silence_s > s.stale_after_s:
+            self._stale_after_s = silence_s
+            self._say(f"{self.url} {revised}: values turn stale after {silence_s:g}s")
+        return True
+
+    def _note_items(
+        self,
+        items: list[tuple[int, _Var]],
+        results: list[ua.MonitoredItemCreateResult],
+        interval_ms: float,
+    ) -> None:
+        """Variables whose monitored item was refused are read instead; slow sampling noted."""
+        refused: list[str] = []
+        slowest = 0.0
         for (_, var), result in zip(items, results, strict=True):
-            if not result.StatusCode.is_good():
-                var.fault = f"monitored item refused ({result.StatusCode.name})"
+            if result.StatusCode.is_good():
+                slowest = max(slowest, result.RevisedSamplingInterval)
+            else:
+                var.polled = True
+                refused.append(f"{var.spec.key} ({result.StatusCode.name})")
+        if refused:
+            self._say(
+                f"{self.url} refused monitored items for {', '.join(refused)};"
+                " reading those with a Read at every read instead"
+            )
+        if slowest > 2 * interval_ms:
+            self._say(
+                f"{self.url} samples at {slowest:g} ms, not the {interval_ms:g} ms asked:"
+                " values may be that much older than their arrival"
+            )
+
+    async def _drop_subscription(self, client: Client, subscription_id: int) -> None:
+        try:
+            await client.uaclient.session.delete_subscriptions([subscription_id])
+        except UaStatusCodeError as err:
+            log.debug("%s: deleting subscription: %s", self.name, status_name(err.code))
 
     def _monitored_item(
         self, handle: int, var: _Var, interval_ms: float
@@ -506,13 +594,13 @@ class OpcuaAdapter:
 
     # --- read -----------------------------------------------------------------------
 
-    async def _poll(self, client: Client) -> None:
-        """Every variable read into the cache (one Read, or one per MaxNodesPerRead)."""
-        if not self._read_vars:
+    async def _poll(self, client: Client, wanted: list[_Var]) -> None:
+        """These variables read into the cache (one Read, or one per MaxNodesPerRead)."""
+        if not wanted:
             return
-        nodes = [v.node_id for v in self._read_vars if v.node_id is not None]
+        nodes = [v.node_id for v in wanted if v.node_id is not None]
         values = await self._read_nodes(client, nodes)
-        for var, dv in zip(self._read_vars, values, strict=True):
+        for var, dv in zip(wanted, values, strict=True):
             self._store(var, dv)
 
     def _on_publish(self, result: ua.PublishResult) -> None:
@@ -544,7 +632,7 @@ class OpcuaAdapter:
         if not self._polling:
             silence = mono - self._heard
             s = self.settings
-            if silence > s.stale_after_s:
+            if silence > self._stale_after_s:
                 stale = f"stale: nothing from the server for {silence:.1f}s"
             if silence > s.bad_after_s:
                 bad = True
@@ -571,6 +659,8 @@ class OpcuaAdapter:
                 quality, value = Quality.GOOD, converted
         else:
             quality, reason = Quality.BAD, status_name(var.status)
+        if var.polled:  # read just now: the subscription's silence says nothing about it
+            stale, bad = "", False
         if bad and not var.fault:
             quality, value, reason = Quality.BAD, None, stale
         elif stale and quality in (Quality.GOOD, Quality.UNCERTAIN):
