@@ -13,6 +13,12 @@ falls silent they turn UNCERTAIN after ``stale_after_s`` and BAD after
 rebuilds the session. A closed connection raises at once. In poll mode (or when the
 server refuses subscriptions) each read is one Read call for all variables.
 
+Every multi-node request (Read, TranslateBrowsePathsToNodeIds, CreateMonitoredItems)
+fits the server's OperationLimits (opcua_limits.py). A variable whose monitored
+item the server refuses is read at every read() instead. A revised keep-alive
+(publishing interval x keep-alive count) longer than ``stale_after_s`` raises the
+stale limit to 1.5 x it; longer than ``bad_after_s``, the adapter polls.
+
 OPC-UA status codes map to quality: Good -> GOOD, Uncertain* -> UNCERTAIN, Bad* ->
 BAD, each with the code's name as the reason. ``device_ts`` is the SourceTimestamp,
 or the ServerTimestamp when the server sends no SourceTimestamp; ``server_ts`` is the

@@ -7,11 +7,13 @@ import math
 from collections.abc import AsyncIterator
 
 import pytest
+from asyncua import ua
 from asyncua.ua.status_codes import StatusCodes
 from asyncua.ua.uaerrors import UaStatusCodeError
 
 from adapters.errors import SourceUnavailable
 from adapters.sensors.opcua import OpcuaAdapter
+from adapters.sensors.opcua_limits import LIMIT_NODES, Service
 from adapters.sensors.opcua_limits import OperationLimits as ClientLimits
 from fakes.cdu_server import FakeCduServer
 from fakes.opcua_limits import OperationLimits
@@ -21,9 +23,12 @@ from tests.adapters.sensors.test_opcua import (
     PUMP_FAILED,
     expected_values,
     read_until,
+    server,
     settings,
     values,
 )
+
+__all__ = ["server"]  # the fake CDU fixture, shared with test_opcua.py
 
 VARIABLES = len(expected_values(NORMAL))
 
@@ -144,3 +149,28 @@ async def test_a_short_answer_is_an_error_not_a_traceback() -> None:
 
     with pytest.raises(SourceUnavailable, match="Read of 3 operations answered 2 results"):
         await ClientLimits().call("Read", "opc.tcp://x", [1, 2, 3], short)
+
+
+async def test_zero_or_bad_stated_limits_mean_no_limit(server: FakeCduServer) -> None:
+    """0 is "no limit" (Part 5 6.3.11), and so is a limit the server cannot read."""
+    srv = server._server
+    assert srv is not None
+    unreadable = ua.StatusCode(ua.UInt32(StatusCodes.BadNotReadable))
+    odd: dict[Service, ua.DataValue] = {
+        "Read": ua.DataValue(ua.Variant(0, ua.VariantType.UInt32)),
+        "TranslateBrowsePathsToNodeIds": ua.DataValue(
+            ua.Variant(4, ua.VariantType.UInt32), StatusCode=unreadable
+        ),
+        "CreateMonitoredItems": ua.DataValue(
+            ua.Variant(2, ua.VariantType.UInt32), StatusCode=unreadable
+        ),
+    }
+    for service, dv in odd.items():
+        await srv.write_attribute_value(ua.NodeId(ua.Int32(LIMIT_NODES[service][1])), dv)
+    adapter = OpcuaAdapter("cdu", settings(server))
+    try:
+        await adapter.connect()
+        assert adapter.limits.stated == dict.fromkeys(odd, 0)
+        assert values(await adapter.read()) == pytest.approx(expected_values(NORMAL))
+    finally:
+        await adapter.close()
