@@ -10,7 +10,8 @@ Fault controls: :meth:`restart` (stop and start on the same port, optionally wit
 new NodeIds), :meth:`stall` (no value updates and no publish responses, while the
 connection stays up and Reads are answered), :meth:`set_status` (a Bad/Uncertain
 status code on one variable), ``slow_s`` (every Read answered that much later),
-``refuse_subscriptions``, ``refuse_items`` (a Bad result for some monitored items),
+``refuse_subscriptions``, ``refuse_items`` and ``refuse_filters`` (a Bad result for
+some monitored items),
 ``revise_keepalive_count`` and ``operation_limits`` (fakes/opcua_limits.py).
 """
 
@@ -231,6 +232,7 @@ class FakeCduServer:
         self.slow_s = 0.0
         self.refuse_subscriptions = False
         self.refuse_items: dict[str, str] = {}  # key -> status name for its monitored item
+        self.refuse_filters = False  # BadMonitoredItemFilterUnsupported for any filter
         self.revise_keepalive_count = 0  # > 0: the server's revised MaxKeepAliveCount
         self.publishes = 0  # values written since start
         self.operation_limits = operation_limits  # stated and enforced; requests counted
@@ -477,20 +479,29 @@ class FakeCduServer:
         async def create_monitored_items(
             params: ua.CreateMonitoredItemsParameters,
         ) -> list[ua.MonitoredItemCreateResult]:
-            refused = {self._nodes[k].nodeid: code for k, code in self.refuse_items.items()}
             wanted = params.ItemsToCreate
-            params.ItemsToCreate = [i for i in wanted if i.ItemToMonitor.NodeId not in refused]
+            refusals = [self._refusal(i) for i in wanted]
+            params.ItemsToCreate = [i for i, r in zip(wanted, refusals, strict=True) if not r]
             created = iter(await create_items(params) if params.ItemsToCreate else [])
             return [
-                ua.MonitoredItemCreateResult(
-                    StatusCode=ua.StatusCode(getattr(StatusCodes, refused[i.ItemToMonitor.NodeId]))
-                )
-                if i.ItemToMonitor.NodeId in refused
+                ua.MonitoredItemCreateResult(StatusCode=ua.StatusCode(getattr(StatusCodes, r)))
+                if r
                 else next(created)
-                for i in wanted
+                for r in refusals
             ]
 
         service.create_monitored_items = create_monitored_items  # type: ignore[method-assign]
+
+    def _refusal(self, item: ua.MonitoredItemCreateRequest) -> str:
+        """The Bad status this server answers for a monitored item; "" to create it."""
+        flt = item.RequestedParameters.Filter
+        # A null filter arrives as an ExtensionObject without a body.
+        if self.refuse_filters and not (flt is None or getattr(flt, "Body", flt) is None):
+            return "BadMonitoredItemFilterUnsupported"
+        for key, code in self.refuse_items.items():
+            if self._nodes[key].nodeid == item.ItemToMonitor.NodeId:
+                return code
+        return ""
 
     async def _slow_read(self, event: ServerItemCallback, _dispatcher: Any) -> None:
         if self.slow_s > 0 and event.is_external:

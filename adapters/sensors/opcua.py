@@ -38,7 +38,7 @@ import logging
 import math
 import time
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -88,6 +88,15 @@ _SUBSCRIPTIONS_REFUSED = frozenset(
     }
 )
 _GOOD = StatusCodes.Good
+# CreateMonitoredItems results that refuse the filter, not the variable.
+_FILTER_REFUSED = frozenset(
+    {
+        StatusCodes.BadMonitoredItemFilterUnsupported,
+        StatusCodes.BadMonitoredItemFilterInvalid,
+        StatusCodes.BadFilterNotAllowed,
+        StatusCodes.BadDeadbandFilterInvalid,
+    }
+)
 _SEVERITY_MASK = 0xC0000000
 _UNCERTAIN = 0x40000000
 _ENGINEERING_UNITS = PathElement("0", "EngineeringUnits")
@@ -506,10 +515,38 @@ class OpcuaAdapter:
 
         requests = [self._monitored_item(h, v, interval_ms) for h, v in items]
         results = await self.limits.call("CreateMonitoredItems", self.url, requests, send)
+        await self._retry_without_filter(items, requests, results, send)
         self._note_items(items, results, interval_ms)
         if items and all(v.polled for _, v in items):
             self._polling = True
             await self._drop_subscription(client, created.SubscriptionId)
+
+    async def _retry_without_filter(
+        self,
+        items: list[tuple[int, _Var]],
+        requests: list[ua.MonitoredItemCreateRequest],
+        results: list[ua.MonitoredItemCreateResult],
+        send: Callable[
+            [list[ua.MonitoredItemCreateRequest]], Awaitable[list[ua.MonitoredItemCreateResult]]
+        ],
+    ) -> None:
+        """Items refused for their filter, asked again with none (the default: any change)."""
+        again = [i for i, r in enumerate(results) if r.StatusCode.value in _FILTER_REFUSED]
+        if not again:
+            return
+        for i in again:
+            requests[i].RequestedParameters.Filter = None
+        retried = await self.limits.call(
+            "CreateMonitoredItems", self.url, [requests[i] for i in again], send
+        )
+        for i, result in zip(again, retried, strict=True):
+            results[i] = result
+        keys = ", ".join(items[i][1].spec.key for i in again if results[i].StatusCode.is_good())
+        if keys:
+            self._say(
+                f"{self.url} refused the data-change filter for {keys}; subscribed without it"
+                " (no deadband: every change is sent)"
+            )
 
     def _say(self, note: str) -> None:
         """A note for probe, logged once per adapter (not at every reconnect)."""

@@ -107,3 +107,23 @@ async def test_a_keepalive_slower_than_bad_after_means_polling(
     await _polls(server, OpcuaAdapter("cdu", settings(server, stale_after_s=0.5, bad_after_s=3.0)))
     (said,) = _said(caplog, "keep-alive")
     assert "polling" in said
+
+
+async def test_a_refused_filter_is_dropped_and_the_items_still_subscribed(
+    server: FakeCduServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="adapters.sensors.opcua")
+    server.refuse_filters = True
+    adapter = OpcuaAdapter("cdu", settings(server, deadband=0.5))
+    try:
+        await adapter.connect()
+        assert not adapter.polling
+        await server.publish(PUMP_FAILED)
+        await read_until(adapter, expected_values(PUMP_FAILED))
+        assert adapter.notifications > 0  # the change came by the subscription
+        await adapter.connect()
+    finally:
+        await adapter.close()
+    (said,) = _said(caplog, "refused the data-change filter")
+    assert "supply_temperature" in said and "subscribed without it" in said
+    assert not _said(caplog, "refused monitored items")
