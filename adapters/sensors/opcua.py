@@ -14,8 +14,9 @@ rebuilds the session. A closed connection raises at once. In poll mode (or when 
 server refuses subscriptions) each read is one Read call for all variables.
 
 Every multi-node request (Read, TranslateBrowsePathsToNodeIds, CreateMonitoredItems)
-fits the server's OperationLimits (opcua_limits.py). A variable whose monitored
-item the server refuses is read at every read() instead. A revised keep-alive
+fits the server's OperationLimits (opcua_limits.py). A monitored item refused for
+its filter is asked again without one; a variable whose item is still refused is
+read at every read() instead. A revised keep-alive
 (publishing interval x keep-alive count) longer than ``stale_after_s`` raises the
 stale limit to 1.5 x it; longer than ``bad_after_s``, the adapter polls.
 
