@@ -9,8 +9,10 @@ object model in code, so the demo runs on any clone. Values come from
 Fault controls: :meth:`restart` (stop and start on the same port, optionally with
 new NodeIds), :meth:`stall` (no value updates and no publish responses, while the
 connection stays up and Reads are answered), :meth:`set_status` (a Bad/Uncertain
-status code on one variable), ``slow_s`` (every Read answered that much later) and
-``refuse_subscriptions``.
+status code on one variable), ``slow_s`` (every Read answered that much later),
+``refuse_subscriptions``, ``refuse_items`` and ``refuse_filters`` (a Bad result for
+some monitored items),
+``revise_keepalive_count`` and ``operation_limits`` (fakes/opcua_limits.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from adapters.sensors.opcua_profiles import unece_code
+from fakes.opcua_limits import OperationLimits, limit_operations
 from fakes.opcua_space import init_server
 from fakes.sim.thermal import CduSnapshot
 
@@ -205,6 +208,7 @@ class FakeCduServer:
         private_key: Path | None = None,
         users: Mapping[str, str] | None = None,
         trusted_clients: Sequence[Path] | None = None,
+        operation_limits: OperationLimits | None = None,
     ) -> None:
         if model == "auto":
             model = "tcd" if nodesets_available(nodeset_dir) else "generic"
@@ -227,7 +231,11 @@ class FakeCduServer:
         self.stalled = False
         self.slow_s = 0.0
         self.refuse_subscriptions = False
+        self.refuse_items: dict[str, str] = {}  # key -> status name for its monitored item
+        self.refuse_filters = False  # BadMonitoredItemFilterUnsupported for any filter
+        self.revise_keepalive_count = 0  # > 0: the server's revised MaxKeepAliveCount
         self.publishes = 0  # values written since start
+        self.operation_limits = operation_limits  # stated and enforced; requests counted
 
     @property
     def url(self) -> str:
@@ -342,6 +350,8 @@ class FakeCduServer:
         server.iserver.max_subscriptions = 1_000
         self._gate_subscriptions(server)
         server.subscribe_server_callback(CallbackType.PreRead, self._slow_read)
+        if self.operation_limits is not None:
+            await limit_operations(server, self.operation_limits)
         for key, value in self._last.items():
             await self._write(key, value, server)
         return server
@@ -448,6 +458,11 @@ class FakeCduServer:
         ) -> ua.CreateSubscriptionResult:
             if self.refuse_subscriptions:
                 raise ServiceError(StatusCodes.BadTooManySubscriptions)
+            if self.revise_keepalive_count:
+                params.RequestedMaxKeepAliveCount = self.revise_keepalive_count
+                params.RequestedLifetimeCount = max(
+                    params.RequestedLifetimeCount, 3 * self.revise_keepalive_count
+                )
             gated: Callable[[int], Any] | None = None
             if request_callback is not None:
                 inner = request_callback
@@ -459,6 +474,34 @@ class FakeCduServer:
             return await create(params, callback, session_id, request_callback=gated)
 
         service.create_subscription = create_subscription  # type: ignore[method-assign]
+        create_items = service.create_monitored_items
+
+        async def create_monitored_items(
+            params: ua.CreateMonitoredItemsParameters,
+        ) -> list[ua.MonitoredItemCreateResult]:
+            wanted = params.ItemsToCreate
+            refusals = [self._refusal(i) for i in wanted]
+            params.ItemsToCreate = [i for i, r in zip(wanted, refusals, strict=True) if not r]
+            created = iter(await create_items(params) if params.ItemsToCreate else [])
+            return [
+                ua.MonitoredItemCreateResult(StatusCode=ua.StatusCode(getattr(StatusCodes, r)))
+                if r
+                else next(created)
+                for r in refusals
+            ]
+
+        service.create_monitored_items = create_monitored_items  # type: ignore[method-assign]
+
+    def _refusal(self, item: ua.MonitoredItemCreateRequest) -> str:
+        """The Bad status this server answers for a monitored item; "" to create it."""
+        flt = item.RequestedParameters.Filter
+        # A null filter arrives as an ExtensionObject without a body.
+        if self.refuse_filters and not (flt is None or getattr(flt, "Body", flt) is None):
+            return "BadMonitoredItemFilterUnsupported"
+        for key, code in self.refuse_items.items():
+            if self._nodes[key].nodeid == item.ItemToMonitor.NodeId:
+                return code
+        return ""
 
     async def _slow_read(self, event: ServerItemCallback, _dispatcher: Any) -> None:
         if self.slow_s > 0 and event.is_external:

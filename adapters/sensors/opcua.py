@@ -13,6 +13,13 @@ falls silent they turn UNCERTAIN after ``stale_after_s`` and BAD after
 rebuilds the session. A closed connection raises at once. In poll mode (or when the
 server refuses subscriptions) each read is one Read call for all variables.
 
+Every multi-node request (Read, TranslateBrowsePathsToNodeIds, CreateMonitoredItems)
+fits the server's OperationLimits (opcua_limits.py). A monitored item refused for
+its filter is asked again without one; a variable whose item is still refused is
+read at every read() instead. A revised keep-alive
+(publishing interval x keep-alive count) longer than ``stale_after_s`` raises the
+stale limit to 1.5 x it; longer than ``bad_after_s``, the adapter polls.
+
 OPC-UA status codes map to quality: Good -> GOOD, Uncertain* -> UNCERTAIN, Bad* ->
 BAD, each with the code's name as the reason. ``device_ts`` is the SourceTimestamp,
 or the ServerTimestamp when the server sends no SourceTimestamp; ``server_ts`` is the
@@ -32,7 +39,7 @@ import logging
 import math
 import time
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -46,6 +53,7 @@ from asyncua.ua.status_codes import StatusCodes
 from asyncua.ua.uaerrors import UaError, UaStatusCodeError
 
 from adapters.errors import SourceSetupError, SourceUnavailable
+from adapters.sensors.opcua_limits import OperationLimits, read_operation_limits
 from adapters.sensors.opcua_profiles import (
     UNITS_BY_UNECE,
     CduProfile,
@@ -81,10 +89,22 @@ _SUBSCRIPTIONS_REFUSED = frozenset(
     }
 )
 _GOOD = StatusCodes.Good
+# CreateMonitoredItems results that refuse the filter, not the variable.
+_FILTER_REFUSED = frozenset(
+    {
+        StatusCodes.BadMonitoredItemFilterUnsupported,
+        StatusCodes.BadMonitoredItemFilterInvalid,
+        StatusCodes.BadFilterNotAllowed,
+        StatusCodes.BadDeadbandFilterInvalid,
+    }
+)
 _SEVERITY_MASK = 0xC0000000
 _UNCERTAIN = 0x40000000
 _ENGINEERING_UNITS = PathElement("0", "EngineeringUnits")
 _MIN_SUBSCRIPTION_LIFETIME_S = 60.0  # the server keeps our subscription this long without us
+# A healthy subscription over steady values is silent for up to one keep-alive period
+# (publishing interval x keep-alive count); allow this much more before calling it stale.
+_KEEPALIVE_MARGIN = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +139,7 @@ class _Var:
     node_id: ua.NodeId | None = None
     fault: str = ""  # why the variable cannot be read at all; "" when it can
     missing: bool = False  # the server has no such variable (ABSENT, not BAD)
+    polled: bool = False  # its monitored item was refused: read by every read() instead
     unit: Unit | None = None
     value: Any = None
     status: int = StatusCodes.BadWaitingForInitialData
@@ -158,12 +179,15 @@ class OpcuaAdapter:
         self._client: Client | None = None
         self._vars: list[_Var] = []
         self._polling = settings.mode == "poll"
-        self._read_params: ua.ReadParameters | None = None
-        self._read_vars: list[_Var] = []  # in the order of _read_params
+        self._read_vars: list[_Var] = []  # every variable a poll reads
+        self.limits = OperationLimits()  # the server's, read at connect; requests counted
         self._channel_opened = 0.0
         self._heard = 0.0  # monotonic time of the last publish response (data or keep-alive)
         self._lost = ""  # why the session must be rebuilt; "" while it is usable
         self._refused_logged = False
+        self._stale_after_s = settings.stale_after_s  # raised to the server's revised keep-alive
+        self._said: set[str] = set()  # subscription notes already logged
+        self._subscription_notes: list[str] = []
         self._logged_missing: frozenset[str] = frozenset()
         self._logged_default_units: set[str] = set()
         self.notes: list[str] = []  # what an operator should know after connect (for probe)
@@ -185,10 +209,13 @@ class OpcuaAdapter:
         await self.close()
         client = await open_session(self.settings.session)
         try:
+            self.limits = self._carry_learnt(await read_operation_limits(client))
             self._vars = await self._resolve(client)
-            self._read_params = self._make_read_params()
+            self._read_vars = [v for v in self._vars if v.node_id is not None and not v.fault]
             self._lost = ""
             self._polling = self.settings.mode == "poll"
+            self._stale_after_s = self.settings.stale_after_s
+            self._subscription_notes = []
             self._channel_opened = time.monotonic()
             if not self._polling:
                 await self._subscribe(client)
@@ -200,6 +227,15 @@ class OpcuaAdapter:
             raise
         self._client = client
         self._log_missing()
+        self.notes.extend(self._subscription_notes)
+
+    def _carry_learnt(self, fresh: OperationLimits) -> OperationLimits:
+        """Keep what the last session learnt from BadTooManyOperations while the server states
+        the same limits, so a reconnect costs no refused requests and logs nothing again."""
+        if fresh.stated == self.limits.stated:
+            fresh.learnt = {**self.limits.learnt, **fresh.learnt}
+        fresh.requests = self.limits.requests
+        return fresh
 
     def _log_missing(self) -> None:
         """Say once (and on change) which profile variables the server lacks, and what to do."""
@@ -232,7 +268,9 @@ class OpcuaAdapter:
                 self._channel_opened = time.monotonic()
                 self.channel_renewals += 1
             if self._polling:
-                await self._poll(client)
+                await self._poll(client, self._read_vars)
+            else:
+                await self._poll(client, [v for v in self._read_vars if v.polled])
         except (OSError, TimeoutError, UaError) as err:
             raise translate_error(self.url, "read", err) from err
         return self._readings()
@@ -287,7 +325,12 @@ class OpcuaAdapter:
                 owners.append((i, True))
             except KeyError as err:
                 var.fault = f"namespace {err.args[0]} is not on the server"
-        results = await client.uaclient.translate_browsepaths_to_nodeids(paths)
+        results = await self.limits.call(
+            "TranslateBrowsePathsToNodeIds",
+            self.url,
+            paths,
+            client.uaclient.translate_browsepaths_to_nodeids,
+        )
         eu_nodes: dict[int, ua.NodeId] = {}
         for (i, is_eu), result in zip(owners, results, strict=True):
             good = result.StatusCode.is_good() and bool(result.Targets)
@@ -375,7 +418,7 @@ class OpcuaAdapter:
         physical = {i: n for i, n in eu_nodes.items() if _wants_units(out[i].spec)}
         stated: set[int] = set()
         if physical:
-            values = await client.uaclient.read(_read_parameters(list(physical.values())))
+            values = await self._read_nodes(client, list(physical.values()))
             for i, dv in zip(physical, values, strict=True):
                 eu = dv.Value.Value if dv.Value is not None else None
                 if (dv.StatusCode and not dv.StatusCode.is_good()) or not isinstance(
@@ -409,10 +452,13 @@ class OpcuaAdapter:
                 )
                 self._logged_default_units.add(key)
 
-    def _make_read_params(self) -> ua.ReadParameters:
-        """One Read for every resolvable variable, built once per session."""
-        self._read_vars = [v for v in self._vars if v.node_id is not None and not v.fault]
-        return _read_parameters([v.node_id for v in self._read_vars if v.node_id is not None])
+    async def _read_nodes(self, client: Client, nodes: list[ua.NodeId]) -> list[ua.DataValue]:
+        """The Value of each node, in as few Reads as the server's MaxNodesPerRead allows."""
+
+        async def send(chunk: list[ua.NodeId]) -> list[ua.DataValue]:
+            return await client.uaclient.read(_read_parameters(chunk))
+
+        return await self.limits.call("Read", self.url, nodes, send)
 
     async def _subscribe(self, client: Client) -> None:
         """One data-change subscription for all variables, seeded by one batched Read."""
@@ -451,18 +497,121 @@ class OpcuaAdapter:
             for handle, v in enumerate(self._vars)
             if v.node_id is not None and not v.fault
         ]
-        await self._poll(client)  # seed: the first read after connect has every value
+        if not self._fits_keepalive(created, interval_ms, keepalive):
+            await self._drop_subscription(client, created.SubscriptionId)
+            return
+        await self._poll(client, self._read_vars)  # seed: the first read has every value
         self._heard = time.monotonic()
-        results = await session.create_monitored_items(
-            ua.CreateMonitoredItemsParameters(
-                SubscriptionId=created.SubscriptionId,
-                TimestampsToReturn=ua.TimestampsToReturn.Both,
-                ItemsToCreate=[self._monitored_item(h, v, interval_ms) for h, v in items],
+
+        async def send(
+            chunk: list[ua.MonitoredItemCreateRequest],
+        ) -> list[ua.MonitoredItemCreateResult]:
+            return await session.create_monitored_items(
+                ua.CreateMonitoredItemsParameters(
+                    SubscriptionId=created.SubscriptionId,
+                    TimestampsToReturn=ua.TimestampsToReturn.Both,
+                    ItemsToCreate=chunk,
+                )
             )
+
+        requests = [self._monitored_item(h, v, interval_ms) for h, v in items]
+        results = await self.limits.call("CreateMonitoredItems", self.url, requests, send)
+        await self._retry_without_filter(items, requests, results, send)
+        self._note_items(items, results, interval_ms)
+        if items and all(v.polled for _, v in items):
+            self._polling = True
+            await self._drop_subscription(client, created.SubscriptionId)
+
+    async def _retry_without_filter(
+        self,
+        items: list[tuple[int, _Var]],
+        requests: list[ua.MonitoredItemCreateRequest],
+        results: list[ua.MonitoredItemCreateResult],
+        send: Callable[
+            [list[ua.MonitoredItemCreateRequest]], Awaitable[list[ua.MonitoredItemCreateResult]]
+        ],
+    ) -> None:
+        """Items refused for their filter, asked again with none (the default: any change)."""
+        again = [i for i, r in enumerate(results) if r.StatusCode.value in _FILTER_REFUSED]
+        if not again:
+            return
+        for i in again:
+            requests[i].RequestedParameters.Filter = None
+        retried = await self.limits.call(
+            "CreateMonitoredItems", self.url, [requests[i] for i in again], send
         )
+        for i, result in zip(again, retried, strict=True):
+            results[i] = result
+        keys = ", ".join(items[i][1].spec.key for i in again if results[i].StatusCode.is_good())
+        if keys:
+            self._say(
+                f"{self.url} refused the data-change filter for {keys}; subscribed without it"
+                " (no deadband: every change is sent)"
+            )
+
+    def _say(self, note: str) -> None:
+        """A note for probe, logged once per adapter (not at every reconnect)."""
+        self._subscription_notes.append(note)
+        if note not in self._said:
+            self._said.add(note)
+            log.warning("%s: %s", self.name, note)
+
+    def _fits_keepalive(
+        self, created: ua.CreateSubscriptionResult, interval_ms: float, keepalive: int
+    ) -> bool:
+        """Follow the server's revised keep-alive; False when it is too slow to tell a silent
+        server from steady values within bad_after_s (then polling is the way)."""
+        s = self.settings
+        revised_ms = created.RevisedPublishingInterval
+        if not (math.isfinite(revised_ms) and revised_ms > 0):
+            revised_ms = interval_ms
+        count = created.RevisedMaxKeepAliveCount or keepalive
+        silence_s = revised_ms / 1000.0 * count * _KEEPALIVE_MARGIN
+        asked = f"asked {interval_ms:g} ms x {keepalive}"
+        revised = f"revised the subscription to {revised_ms:g} ms x {count} keep-alive ({asked})"
+        if silence_s > s.bad_after_s:
+            self._say(
+                f"{self.url} {revised}: steady values would look silent past bad_after_s"
+                f" ({s.bad_after_s:g}s); polling with Read instead"
+            )
+            self._polling = True
+            return False
+        if silence_s > s.stale_after_s:
+            self._stale_after_s = silence_s
+            self._say(f"{self.url} {revised}: values turn stale after {silence_s:g}s")
+        return True
+
+    def _note_items(
+        self,
+        items: list[tuple[int, _Var]],
+        results: list[ua.MonitoredItemCreateResult],
+        interval_ms: float,
+    ) -> None:
+        """Variables whose monitored item was refused are read instead; slow sampling noted."""
+        refused: list[str] = []
+        slowest = 0.0
         for (_, var), result in zip(items, results, strict=True):
-            if not result.StatusCode.is_good():
-                var.fault = f"monitored item refused ({result.StatusCode.name})"
+            if result.StatusCode.is_good():
+                slowest = max(slowest, result.RevisedSamplingInterval)
+            else:
+                var.polled = True
+                refused.append(f"{var.spec.key} ({result.StatusCode.name})")
+        if refused:
+            self._say(
+                f"{self.url} refused monitored items for {', '.join(refused)};"
+                " reading those with a Read at every read instead"
+            )
+        if slowest > 2 * interval_ms:
+            self._say(
+                f"{self.url} samples at {slowest:g} ms, not the {interval_ms:g} ms asked:"
+                " values may be that much older than their arrival"
+            )
+
+    async def _drop_subscription(self, client: Client, subscription_id: int) -> None:
+        try:
+            await client.uaclient.session.delete_subscriptions([subscription_id])
+        except UaStatusCodeError as err:
+            log.debug("%s: deleting subscription: %s", self.name, status_name(err.code))
 
     def _monitored_item(
         self, handle: int, var: _Var, interval_ms: float
@@ -489,13 +638,13 @@ class OpcuaAdapter:
 
     # --- read -----------------------------------------------------------------------
 
-    async def _poll(self, client: Client) -> None:
-        """One batched Read of every variable into the cache."""
-        params = self._read_params
-        if params is None or not params.NodesToRead:
+    async def _poll(self, client: Client, wanted: list[_Var]) -> None:
+        """These variables read into the cache (one Read, or one per MaxNodesPerRead)."""
+        if not wanted:
             return
-        values = await client.uaclient.read(params)
-        for var, dv in zip(self._read_vars, values, strict=True):
+        nodes = [v.node_id for v in wanted if v.node_id is not None]
+        values = await self._read_nodes(client, nodes)
+        for var, dv in zip(wanted, values, strict=True):
             self._store(var, dv)
 
     def _on_publish(self, result: ua.PublishResult) -> None:
@@ -527,7 +676,7 @@ class OpcuaAdapter:
         if not self._polling:
             silence = mono - self._heard
             s = self.settings
-            if silence > s.stale_after_s:
+            if silence > self._stale_after_s:
                 stale = f"stale: nothing from the server for {silence:.1f}s"
             if silence > s.bad_after_s:
                 bad = True
@@ -554,6 +703,8 @@ class OpcuaAdapter:
                 quality, value = Quality.GOOD, converted
         else:
             quality, reason = Quality.BAD, status_name(var.status)
+        if var.polled:  # read just now: the subscription's silence says nothing about it
+            stale, bad = "", False
         if bad and not var.fault:
             quality, value, reason = Quality.BAD, None, stale
         elif stale and quality in (Quality.GOOD, Quality.UNCERTAIN):
