@@ -36,7 +36,7 @@ from policies.model import Action
 from tests.support.delivery import StoreAndDeliverer, decision
 from tests.support.paths import ROOT
 from tests.support.slurm import Cluster
-from tests.support.wait import wait_until
+from tests.support.wait import wait_for_result, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -375,8 +375,20 @@ async def test_the_daemon_tells_a_job_of_a_hot_gpu_and_shows_the_notice(
         nvml.gpus[3].temperature_c = 87.0  # 3 C under the H100's slowdown
         await wait_until(lambda: usr1(jobs, job), timeout=60, what="USR1 after the drain")
         url = f"http://127.0.0.1:{daemon.api_port}/v1/node/notice"
-        async with aiohttp.ClientSession() as http, http.get(url) as resp:
-            body = await resp.json()
+        async with aiohttp.ClientSession() as http:
+
+            async def fetch_notice() -> Any:
+                async with http.get(url) as resp:
+                    return await resp.json()
+
+            # The job can run its trap before scancel's exit reaches the daemon: the
+            # outcome shows once the daemon has it ("" while the signal is in flight).
+            body = await wait_for_result(
+                fetch_notice,
+                lambda b: bool(b["notice"]) and all(j["signaled"] for j in b["notice"]["jobs"]),
+                timeout=30,
+                what="the signal's outcome in the notice",
+            )
     finally:
         daemon.stop()
         await asyncio.wait_for(task, 10)
@@ -388,4 +400,5 @@ async def test_the_daemon_tells_a_job_of_a_hot_gpu_and_shows_the_notice(
     )
     assert notice["checkpoint_by"] == pytest.approx(notice["noticed_at"] + 300)
     assert [(j["job_id"], j["signaled"]) for j in notice["jobs"]] == [(job, "done")]
+    assert len(usr1(jobs, job)) == 1  # told once
     assert "DRAIN" in clean.show("gpu01")
