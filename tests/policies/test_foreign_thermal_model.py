@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from policies.model import Action, Decision, FaultDomain
-from policies.replay import replay
+from policies.replay import decision_lines, replay
 from policies.settings import PolicySettings
 from tests.support.foreign_thermal import (
     H100,
@@ -29,6 +32,7 @@ from tests.support.foreign_thermal import (
     supply_drift,
     training_load,
 )
+from tests.support.paths import ROOT
 
 DEFAULT = PolicySettings()
 # Polled every 5 s, a GPU reading is 5 s old (or more, with jitter) at its successor:
@@ -151,6 +155,36 @@ def test_supply_drift_drains_ahead_of_slowdown(part: Part) -> None:
     for node, lead in got.items():
         if run.slowdown_at[node] - FAILURE_AT >= DEFAULT.trend_window_s + DEFAULT.lead_time_s:
             assert lead >= DEFAULT.lead_time_s, (node, got)
+
+
+def test_a_degraded_cold_plate_is_found_at_half_load() -> None:
+    """Headroom: the GPU is cool at 350 W, but a job at its 700 W limit would meet slowdown."""
+    # 1.6 x R_total: 30 + 0.088 x 700 = 92 C at full power, over the 89 C slowdown.
+    scenario = Scenario(H100, 900.0, load=lambda _t: 350.0, degraded=1.6, seed=19)
+    run = simulate(scenario)
+    assert run.slowdown_at == {} and run.peak_die_c["n1"] < 70.0
+    out = taken_out(run, DEFAULT)
+    assert [(d.node, d.action, d.domain) for _, d in out] == [("n1", Action.DRAIN, FaultDomain.GPU)]
+    assert "at full power" in out[0][1].reason
+
+
+def test_rackguard_replay_over_a_foreign_trace_file(tmp_path: Path) -> None:
+    """The trace as a file, through the command and the example config: the same decisions."""
+    scenario = Scenario(
+        H100, FAILURE_AT + 60.0, flow=pump_failure(FAILURE_AT), pump_stops_at=FAILURE_AT, seed=20
+    )
+    run = simulate(scenario)
+    trace = tmp_path / "pump.jsonl"
+    trace.write_text("\n".join(run.lines) + "\n")
+    config = ROOT / "systemd" / "rackguard.example.toml"
+    command = [sys.executable, "-m", "daemon.cli", "replay", str(trace), "--config", str(config)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == list(decision_lines(replay(run.lines, DEFAULT)))
+    first = json.loads(printed[0])
+    assert first["action"] == "drain" and first["domain"] == "cooling_loop"
+    assert first["mono"] < min(run.slowdown_at.values())
 
 
 @pytest.mark.xfail(

@@ -142,6 +142,7 @@ class Scenario:
     power_noise: float = 0.04  # load noise, relative, correlated over ~2 s
     spread: float = 0.05  # GPU-to-GPU variation of R_total (relative, 1 sigma)
     seed: int = 1
+    degraded: float = 1.0  # the first GPU's plate: its R_total times this (dried paste, air)
 
 
 @dataclass(slots=True)
@@ -174,6 +175,7 @@ def simulate(s: Scenario) -> Run:
     g_leak = 0.5
     # GPU-to-GPU variation: each plate's conductance and die resistance scaled alike.
     scale = [max(0.7, 1.0 + s.spread * rng.gauss(0.0, 1.0)) for _ in range(s.nodes * s.gpus)]
+    scale[0] *= s.degraded
     r_jc = [p.r_total_c_per_w * p.r_jc_share * k for k in scale]
     load = s.load or (lambda _t: p.power_limit_w)
     setpoint = s.setpoint or (lambda _t: loop.setpoint_c)
