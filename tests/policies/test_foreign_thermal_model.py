@@ -14,6 +14,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,27 @@ def test_pump_failure_drains_before_slowdown(part: Part) -> None:
     assert all(lead > 0 for lead in leads(run, DEFAULT).values()), leads(run, DEFAULT)
     # The cause is named: with a plate this fast the margin rule may drain first.
     assert FaultDomain.COOLING_LOOP in {d.domain for _, d in taken_out(run, DEFAULT)}
+
+
+def first_step_up(load: Callable[[float], float], after: float) -> float:
+    """The first time after ``after`` the load rises (on a half-second grid)."""
+    t = after
+    while not load(t) > load(t - 0.5):
+        t += 0.5
+    return t
+
+
+@pytest.mark.parametrize("part", (H100, TAU_10), ids=lambda p: p.name)
+@pytest.mark.parametrize("offset", (-60.0, -2.0, 1.0), ids=("in-a-dip", "before-a-step", "after"))
+def test_pump_failure_under_training_load(part: Part, offset: float) -> None:
+    """Load steps around the failure restart the fits and gate flat power: still out in time."""
+    load = training_load(3)
+    at = first_step_up(load, 1500.0) + offset
+    scenario = Scenario(
+        part, at + 200.0, load=load, flow=pump_failure(at), pump_stops_at=at, seed=21
+    )
+    run = simulate(scenario)
+    assert all(lead > 0 for lead in leads(run, DEFAULT).values()), leads(run, DEFAULT)
 
 
 def test_flow_blockage_with_pumps_running_drains_before_slowdown() -> None:
