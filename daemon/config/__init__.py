@@ -158,12 +158,32 @@ class Config:
         for name in self.sources:
             if not name.replace("-", "_").isidentifier():
                 yield f"sources.{name}", "source names may hold letters, digits, '-' and '_'"
+        yield from self._poll_problems()
         if self.scheduler is not None:
             yield from self.scheduler.cross_problems(
                 lead_time_s=self.policy.lead_time_s, steering=self.steering.enabled
             )
         elif self.steering.enabled:
             yield "steering.enabled", NO_NODE_SETTING
+
+    def _poll_problems(self) -> Problems:
+        """A source polled no faster than its readings go stale: the policy would never act.
+
+        Each reading is as old as its poll; polled every ``interval_s`` >= the stale
+        limit, every GPU (or rack) reading is stale before the next one lands, so the
+        node stays UNKNOWN and nothing is ever drained, with every poll succeeding.
+        """
+        for name, source in self.sources.items():
+            gpus = isinstance(source, NvmlSourceConfig)
+            key = "policy.stale_after_s" if gpus else "policy.rack_stale_after_s"
+            limit = self.policy.stale_after_s if gpus else self.policy.rack_stale_after_s
+            if source.interval_s >= limit:
+                yield (
+                    f"sources.{name}.interval_s",
+                    f"{source.interval_s:g} s is not under {key} ({limit:g} s): each reading"
+                    " would be stale before the next poll and the policy would decide"
+                    f" nothing; poll more often or raise {key}",
+                )
 
 
 def config_notes(config: Config) -> list[str]:

@@ -120,6 +120,15 @@ def test_minimal_config_gets_defaults() -> None:
             "scheduler.url: must be an http:// or https:// URL",
         ),
         ("[node\n", "not valid TOML"),
+        # Polled no faster than readings go stale: always UNKNOWN, never a decision.
+        (
+            MINIMAL + "interval_s = 5.0\ntimeout_s = 4.0\n",
+            "sources.gpus.interval_s: 5 s is not under policy.stale_after_s (5 s)",
+        ),
+        (
+            MINIMAL + "interval_s = 2.0\ntimeout_s = 1.0\n[policy]\nstale_after_s = 2.0\n",
+            "sources.gpus.interval_s: 2 s is not under policy.stale_after_s (2 s)",
+        ),
     ],
 )
 def test_config_errors_name_the_key(text: str, expected: str) -> None:
@@ -428,3 +437,25 @@ def test_check_config_says_a_power_cap_derate_limit_without_power_capping_does_n
     path.write_text(MINIMAL + derate + '[power_cap]\nenabled = true\nvia = "direct"\n')
     assert main(["check-config", str(path)]) == 0
     assert "no effect" not in capsys.readouterr().err
+
+
+def test_a_rack_source_polled_no_faster_than_rack_readings_go_stale_is_refused(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "community"
+    write_secret(secret, "s3cret-community\n")
+    text = (
+        MINIMAL
+        + f'[sources.pdu]\ntype = "snmp"\nhost = "pdu-a1"\ncommunity_file = "{secret}"\n'
+        + "interval_s = 30.0\ntimeout_s = 5.0\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    assert info.value.problems == [
+        "sources.pdu.interval_s: 30 s is not under policy.rack_stale_after_s (30 s): each"
+        " reading would be stale before the next poll and the policy would decide nothing;"
+        " poll more often or raise policy.rack_stale_after_s"
+    ]
+    assert parse_config(text.replace("interval_s = 30.0", "interval_s = 10.0")).sources[
+        "pdu"
+    ].interval_s == pytest.approx(10.0)
