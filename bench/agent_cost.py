@@ -36,6 +36,9 @@ interval_s = {interval}
 timeout_s = 0.5
 [policy]
 evaluate_interval_s = 1.0
+# Readings must be fresh until the next poll (check-config refuses otherwise): the
+# idle reference, polled hourly, keeps its readings as long.
+stale_after_s = {max(5.0, 2 * interval)}
 [scheduler]
 type = "webhook"
 url = "http://127.0.0.1:9/unused"
