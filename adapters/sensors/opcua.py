@@ -180,6 +180,9 @@ class OpcuaAdapter:
         self._vars: list[_Var] = []
         self._polling = settings.mode == "poll"
         self._read_vars: list[_Var] = []  # every variable a poll reads
+        # What each read() asks the server for, fixed at connect: every variable when
+        # polling, else those whose monitored item was refused (usually none).
+        self._poll_vars: list[_Var] = []
         self.limits = OperationLimits()  # the server's, read at connect; requests counted
         self._channel_opened = 0.0
         self._heard = 0.0  # monotonic time of the last publish response (data or keep-alive)
@@ -219,6 +222,9 @@ class OpcuaAdapter:
             self._channel_opened = time.monotonic()
             if not self._polling:
                 await self._subscribe(client)
+            self._poll_vars = (
+                self._read_vars if self._polling else [v for v in self._read_vars if v.polled]
+            )
         except (OSError, TimeoutError, UaError) as err:
             await close_session(client)
             raise translate_error(self.url, "resolving variables", err) from err
@@ -267,10 +273,7 @@ class OpcuaAdapter:
             if await renew_channel_if_due(client, self._channel_opened, time.monotonic()):
                 self._channel_opened = time.monotonic()
                 self.channel_renewals += 1
-            if self._polling:
-                await self._poll(client, self._read_vars)
-            else:
-                await self._poll(client, [v for v in self._read_vars if v.polled])
+            await self._poll(client, self._poll_vars)
         except (OSError, TimeoutError, UaError) as err:
             raise translate_error(self.url, "read", err) from err
         return self._readings()
